@@ -1,0 +1,30 @@
+# The two commands of the README quick start. Both set up the virtual environment first
+# (once; re-done when pyproject.toml changes).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: quickstart test bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[all,test]"
+	$(BIN)/pip check
+	touch $@
+
+## 1. Set up, then run the main job on the bundled example model.
+quickstart: $(VENV)/.installed
+	$(BIN)/edge-sdk profiles list
+	$(BIN)/edge-sdk doctor
+
+## 2. Set up, then run the whole test suite (what .ci/run calls).
+test: $(VENV)/.installed
+	$(BIN)/pytest
+
+## The performance suite; writes docs/benchmarks.md.
+bench: $(VENV)/.installed
+	$(BIN)/python benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info quickstart-out

@@ -1,0 +1,1 @@
+"""Conversion pipeline and per-format converters (installed as ``edge_sdk.converters``)."""

@@ -1,0 +1,67 @@
+"""edge-sdk: take a trained model to edge devices and tell the truth about how it runs there.
+
+Importing this package imports no ML framework. The public entry points load their
+backends lazily:
+
+    edge_sdk.load(path, ...)        -> a loaded model (runtime facade)
+    edge_sdk.convert(model, ...)    -> per-profile artifact folders
+    edge_sdk.benchmark(path, ...)   -> a benchmark report
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from ._version import __version__
+from .errors import (
+    AccuracyGateError,
+    CalibrationError,
+    ConversionError,
+    DelegateUnavailableError,
+    EdgeSDKError,
+    InputValidationError,
+    ManifestError,
+    MissingDependencyError,
+    ModelLoadError,
+    ProfileError,
+)
+from .profiles import Profile, builtin_profiles, resolve_profile
+
+# name -> "module:attribute", resolved on first access (PEP 562) so that `import edge_sdk` stays light.
+_LAZY = {
+    "load": "edge_sdk.runtimes.facade:load",
+    "Model": "edge_sdk.runtimes.facade:Model",
+    "InferenceResult": "edge_sdk.runtimes.facade:InferenceResult",
+    "convert": "edge_sdk.converters.pipeline:convert",
+    "benchmark": "edge_sdk.bench:benchmark",
+    "read_manifest": "edge_sdk.manifest:read_manifest",
+}
+
+
+def __getattr__(name: str):
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'edge_sdk' has no attribute {name!r}")
+    mod, _, attr = target.partition(":")
+    value = getattr(importlib.import_module(mod), attr)
+    globals()[name] = value
+    return value
+
+
+__all__ = [
+    "AccuracyGateError",
+    "CalibrationError",
+    "ConversionError",
+    "DelegateUnavailableError",
+    "EdgeSDKError",
+    "InputValidationError",
+    "ManifestError",
+    "MissingDependencyError",
+    "ModelLoadError",
+    "Profile",
+    "ProfileError",
+    "__version__",
+    "builtin_profiles",
+    "resolve_profile",
+    *_LAZY,
+]

@@ -1,0 +1,69 @@
+"""Lazy, explicit imports of optional heavy dependencies.
+
+Nothing in the core imports an ML framework at import time. Code that needs one calls
+:func:`require`, which imports on first use and turns an ``ImportError`` into a
+:class:`~edge_sdk.errors.MissingDependencyError` naming the extra to install.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from types import ModuleType
+
+from .errors import MissingDependencyError
+
+#: import name -> the edge-sdk extra that provides it
+EXTRAS: dict[str, str] = {
+    "ai_edge_litert": "litert",
+    "tflite_runtime": "litert",
+    "onnxruntime": "onnxruntime",
+    "openvino": "openvino",
+    "onnx": "convert",
+    "tensorflow": "convert",
+    "nncf": "convert",
+    "onnx2tf": "convert",
+    "tf2onnx": "convert",
+    "ai_edge_quantizer": "convert",
+    "tensorrt": "tensorrt (NVIDIA JetPack ships it; not on PyPI for Jetson)",
+    "matplotlib": "plot",
+}
+
+
+def require(module: str, purpose: str = "", extra: str | None = None) -> ModuleType:
+    """Import ``module`` or raise :class:`MissingDependencyError`.
+
+    Args:
+        module: Dotted import name.
+        purpose: Shown to the user: what the module was needed for.
+        extra: Override the extra named in the hint.
+
+    Returns:
+        The imported module.
+
+    Raises:
+        MissingDependencyError: The module (or one of its own dependencies) is not importable.
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        top = module.split(".")[0]
+        raise MissingDependencyError(module, extra or EXTRAS.get(top, "all"), purpose) from exc
+
+
+def available(module: str) -> bool:
+    """True when ``module`` can be found without importing it."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def version_of(distribution: str) -> str | None:
+    """Installed version of a distribution, without importing it; None when absent."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None

@@ -1,0 +1,137 @@
+"""One exception root for everything edge-sdk raises on purpose.
+
+Every error carries a one-line ``message`` (what was wrong) and an optional ``hint``
+(what to do). The CLI prints both and maps the class to an exit code in one place
+(:data:`EXIT_CODES`); library users can catch :class:`EdgeSDKError` or a subclass.
+"""
+
+from __future__ import annotations
+
+
+class EdgeSDKError(Exception):
+    """Root of all edge-sdk errors.
+
+    Args:
+        message: What went wrong, in one line, naming the thing (file, key, input).
+        hint: What the user can do about it.
+    """
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        if self.hint:
+            return f"{self.message}\n  hint: {self.hint}"
+        return self.message
+
+
+class ProfileError(EdgeSDKError):
+    """A device profile is unknown, or its file is malformed."""
+
+    exit_code = 2
+
+
+class InputValidationError(EdgeSDKError):
+    """Input to a model or a command does not match the contract (shape, dtype, names, values)."""
+
+    exit_code = 3
+
+
+class ModelLoadError(EdgeSDKError):
+    """A model or artifact cannot be loaded: missing, corrupt, tampered, or of the wrong kind."""
+
+    exit_code = 4
+
+
+class ManifestError(ModelLoadError):
+    """``manifest.json`` is missing, malformed, or does not vouch for the files beside it."""
+
+
+class DelegateUnavailableError(EdgeSDKError):
+    """The accelerator a profile asks for cannot be used here (strict mode, or nothing left)."""
+
+    exit_code = 5
+
+
+class ConversionError(EdgeSDKError):
+    """A conversion step failed; nothing was written."""
+
+    exit_code = 6
+
+
+class CalibrationError(ConversionError):
+    """Calibration data is missing, unreadable, empty, or does not fit the model's inputs."""
+
+
+class AccuracyGateError(ConversionError):
+    """The converted artifact disagrees with the float model beyond the profile's thresholds.
+
+    Args:
+        message: Summary line.
+        hint: What to do.
+        report: The per-output metrics that failed the gate.
+    """
+
+    exit_code = 7
+
+    def __init__(self, message: str, hint: str | None = None, report: dict | None = None):
+        super().__init__(message, hint)
+        self.report = report or {}
+
+
+class MissingDependencyError(EdgeSDKError):
+    """An optional dependency is not installed; names the pip extra that provides it.
+
+    Args:
+        module: The import name that failed.
+        extra: The edge-sdk extra that installs it (e.g. ``litert``).
+        purpose: What it was needed for.
+    """
+
+    exit_code = 8
+
+    def __init__(self, module: str, extra: str, purpose: str = ""):
+        what = f" (needed for {purpose})" if purpose else ""
+        super().__init__(
+            f"Python module '{module}' is not installed{what}.",
+            f'pip install "edge-sdk[{extra}]"',
+        )
+        self.module = module
+        self.extra = extra
+
+
+class BenchmarkGateError(EdgeSDKError):
+    """A ``--fail-if`` condition or a profile latency budget was not met."""
+
+    exit_code = 9
+
+
+#: The single place where error classes become process exit codes (most specific first).
+EXIT_CODES: tuple[tuple[type[EdgeSDKError], int], ...] = tuple(
+    (cls, cls.exit_code)
+    for cls in (
+        AccuracyGateError,
+        CalibrationError,
+        ConversionError,
+        ManifestError,
+        ModelLoadError,
+        DelegateUnavailableError,
+        InputValidationError,
+        ProfileError,
+        MissingDependencyError,
+        BenchmarkGateError,
+        EdgeSDKError,
+    )
+)
+
+
+def exit_code_for(error: BaseException) -> int:
+    """Return the process exit code for ``error`` (70 for an unexpected internal error)."""
+    for cls, code in EXIT_CODES:
+        if isinstance(error, cls):
+            return code
+    return 70

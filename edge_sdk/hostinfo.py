@@ -1,0 +1,155 @@
+"""Facts about the host that shape how a model runs: CPU, architecture, accelerator hints.
+
+All sysfs/procfs reads go through :func:`sysfs_path`, so the environment variable
+``EDGE_SDK_SYSFS_ROOT`` can point them at a copied tree (tests, remote debugging).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import platform
+import shutil
+from pathlib import Path
+
+SYSFS_ROOT_ENV = "EDGE_SDK_SYSFS_ROOT"
+
+
+def sysfs_root() -> Path:
+    """The root under which /sys, /proc, /dev and /etc are looked up (default ``/``)."""
+    return Path(os.environ.get(SYSFS_ROOT_ENV) or "/")
+
+
+def sysfs_path(path: str) -> Path:
+    """Map an absolute host path (``/sys/...``) under :func:`sysfs_root`."""
+    return sysfs_root() / path.lstrip("/")
+
+
+def sysfs_glob(pattern: str) -> list[str]:
+    """Glob an absolute host pattern under :func:`sysfs_root`; returns host-style paths."""
+    root = str(sysfs_root()).rstrip("/")
+    hits = sorted(glob.glob(str(sysfs_path(pattern))))
+    return [h[len(root):] if root else h for h in hits]
+
+
+def read_text(path: str, default: str | None = None) -> str | None:
+    """Read a small host file (under the sysfs root), stripped; ``default`` if unreadable."""
+    try:
+        return sysfs_path(path).read_text(errors="replace").strip()
+    except OSError:
+        return default
+
+
+def machine() -> str:
+    return platform.machine()
+
+
+def cpu_model() -> str:
+    """CPU model name from /proc/cpuinfo (x86 'model name', ARM 'Model'/'Hardware')."""
+    text = read_text("/proc/cpuinfo", "") or ""
+    for key in ("model name", "Model", "Hardware", "cpu model"):
+        for line in text.splitlines():
+            if line.split(":")[0].strip() == key:
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def cpu_flags() -> list[str]:
+    text = read_text("/proc/cpuinfo", "") or ""
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            return line.split(":", 1)[1].split()
+    return []
+
+
+def governor() -> str | None:
+    return read_text("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
+
+
+def temperatures() -> dict[str, float]:
+    """Thermal zone temperatures in degrees C where readable."""
+    out: dict[str, float] = {}
+    for zone in sysfs_glob("/sys/class/thermal/thermal_zone*"):
+        raw = read_text(f"{zone}/temp")
+        kind = read_text(f"{zone}/type") or Path(zone).name
+        try:
+            out[kind] = int(raw) / 1000.0  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+def jetson_release() -> str | None:
+    """The first line of /etc/nv_tegra_release (L4T version) on a Jetson."""
+    text = read_text("/etc/nv_tegra_release")
+    return text.splitlines()[0] if text else None
+
+
+def jetson_power_mode() -> str | None:
+    """nvpmodel's current mode where the tool or its status file exists."""
+    status = read_text("/var/lib/nvpmodel/status")
+    if status:
+        return status
+    return None
+
+
+def usb_ids() -> list[str]:
+    """``vendor:product`` of every USB device under /sys/bus/usb/devices."""
+    out = []
+    for dev in sysfs_glob("/sys/bus/usb/devices/*"):
+        v, p = read_text(f"{dev}/idVendor"), read_text(f"{dev}/idProduct")
+        if v and p:
+            out.append(f"{v.lower()}:{p.lower()}")
+    return sorted(set(out))
+
+
+def nvidia_gpu() -> str | None:
+    """A hint that an NVIDIA GPU and driver are present (not proof that CUDA works)."""
+    gpus = sysfs_glob("/proc/driver/nvidia/gpus/*")
+    if gpus:
+        info = read_text(f"{gpus[0]}/information", "") or ""
+        for line in info.splitlines():
+            if line.startswith("Model"):
+                return line.split(":", 1)[1].strip()
+        return "NVIDIA GPU (driver loaded)"
+    if jetson_release():
+        return "Jetson integrated GPU"
+    if shutil.which("nvidia-smi"):
+        return "nvidia-smi on PATH"
+    return None
+
+
+def accelerator_hints() -> dict[str, object]:
+    """Everything that hints at an accelerator, without loading any driver."""
+    ids = usb_ids()
+    coral_usb = [i for i in ids if i in ("1a6e:089a", "18d1:9302")]
+    return {
+        "jetson_release": jetson_release(),
+        "coral_pcie": sysfs_glob("/dev/apex_*"),
+        "coral_usb": coral_usb,
+        "intel_npu": sysfs_glob("/dev/accel/accel*"),
+        "nvidia_gpu": nvidia_gpu(),
+        "edgetpu_compiler": shutil.which("edgetpu_compiler"),
+        "trtexec": shutil.which("trtexec") or (
+            "/usr/src/tensorrt/bin/trtexec" if sysfs_path("/usr/src/tensorrt/bin/trtexec").exists() else None
+        ),
+    }
+
+
+def summary() -> dict[str, object]:
+    """A compact description of the host for reports and manifests."""
+    return {
+        "machine": machine(),
+        "system": platform.system(),
+        "python": platform.python_version(),
+        "cpu_model": cpu_model(),
+        "cpu_count": cpu_count(),
+        "governor": governor(),
+    }

@@ -1,0 +1,287 @@
+"""Device profiles: data (TOML) parsed into typed, validated dataclasses.
+
+A profile says what a device runs best: artifact formats, quantization scheme, the static
+shape rule, operator constraints, the runtime preference chain, accuracy-gate thresholds,
+power sensors and an optional latency budget. Built-in profiles ship as package data in
+``edge_sdk/device_profiles/*.toml``; users may pass their own by file path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+from . import typed
+from .errors import ProfileError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 devices
+    import tomli as tomllib
+
+ArtifactFormat = Literal["onnx-qdq", "openvino-ir", "tflite-int8", "tensorrt-engine"]
+Backend = Literal["litert", "onnxruntime", "openvino", "tensorrt"]
+PowerSource = Literal["rapl", "ina3221", "tegrastats", "nvml", "hwmon"]
+
+#: Short names users type -> canonical profile names.
+ALIASES: dict[str, str] = {
+    "jetson": "jetson-orin",
+    "orin": "jetson-orin",
+    "intel": "intel-cpu",
+    "npu": "intel-npu",
+    "coral": "coral-edgetpu",
+    "edgetpu": "coral-edgetpu",
+    "arm": "arm-cpu",
+    "vpu": "intel-npu",
+    "myriad": "intel-npu",
+}
+
+#: Names that resolve but deserve a note (the target was retired upstream).
+RETIRED: dict[str, str] = {
+    "vpu": "OpenVINO dropped the MYRIAD (VPU) plugin after release 2022.3; "
+    "its successor is the Intel NPU: using profile 'intel-npu'.",
+    "myriad": "OpenVINO dropped the MYRIAD (VPU) plugin after release 2022.3; "
+    "its successor is the Intel NPU: using profile 'intel-npu'.",
+}
+
+
+@dataclass(frozen=True)
+class ArtifactSpec:
+    """What the converter produces. ``formats[0]`` is the primary artifact."""
+
+    formats: list[ArtifactFormat]
+    batch_size: int = 1
+    static_shapes: bool = True
+    opset: int = 17
+
+
+@dataclass(frozen=True)
+class QuantizationSpec:
+    """The quantization scheme the target wants."""
+
+    precision: Literal["int8", "fp16", "fp32"] = "int8"
+    weights: Literal["per-channel", "per-tensor"] = "per-channel"
+    weight_dtype: Literal["int8", "uint8"] = "int8"
+    activation_dtype: Literal["int8", "uint8"] = "int8"
+    activation_symmetric: bool = False
+    input_dtype: Literal["float32", "int8", "uint8"] = "float32"
+    output_dtype: Literal["float32", "int8", "uint8"] = "float32"
+    calibration_method: Literal["minmax", "entropy", "percentile"] = "minmax"
+    min_calibration_samples: int = 100
+
+
+@dataclass(frozen=True)
+class OperatorSpec:
+    """Operator constraints of the target (empty lists mean no known constraint)."""
+
+    supported: list[str] = field(default_factory=list)
+    unsupported: list[str] = field(default_factory=list)
+    max_rank: int = 0
+    allowed_dtypes: list[str] = field(default_factory=list)
+    single_subgraph: bool = False
+    compiler: str = ""
+
+
+@dataclass(frozen=True)
+class RuntimeStep:
+    """One entry of the runtime preference chain.
+
+    ``accelerator`` is the delegate (LiteRT), execution provider (ONNX Runtime), device
+    (OpenVINO) or ``gpu`` (TensorRT). ``native`` marks the accelerator the profile is for;
+    strict mode refuses to run on a step that is not native.
+    """
+
+    backend: Backend
+    accelerator: str
+    format: ArtifactFormat
+    native: bool = True
+
+
+@dataclass(frozen=True)
+class RuntimeSpec:
+    """Runtime preference chain, best first."""
+
+    chain: list[RuntimeStep]
+
+
+@dataclass(frozen=True)
+class AccuracySpec:
+    """Accuracy-gate thresholds; each output of the int8 artifact is held to all of them."""
+
+    min_cosine: float = 0.99
+    min_sqnr_db: float = 15.0
+    min_top1_agreement: float = 0.9
+    holdout_fraction: float = 0.2
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """How to tell that the host *is* this device (used by doctor, load and bench)."""
+
+    arch: list[str] = field(default_factory=list)
+    device_globs: list[str] = field(default_factory=list)
+    usb_ids: list[str] = field(default_factory=list)
+    release_files: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PowerSpec:
+    """Power sensors to try, in order."""
+
+    sensors: list[PowerSource] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class BudgetSpec:
+    """Optional latency budget, enforced by ``edge-sdk bench``."""
+
+    p99_ms: float | None = None
+    p50_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A validated device profile."""
+
+    name: str
+    description: str
+    artifact: ArtifactSpec
+    quantization: QuantizationSpec
+    runtime: RuntimeSpec
+    aliases: list[str] = field(default_factory=list)
+    operators: OperatorSpec = field(default_factory=OperatorSpec)
+    accuracy: AccuracySpec = field(default_factory=AccuracySpec)
+    host: HostSpec = field(default_factory=HostSpec)
+    power: PowerSpec = field(default_factory=PowerSpec)
+    budget: BudgetSpec = field(default_factory=BudgetSpec)
+    notes: str = ""
+    source: str = field(default="", compare=False)
+
+    def to_dict(self) -> dict:
+        """Plain-dict form (what the manifest embeds); excludes the source path."""
+        d = typed.to_dict(self)
+        d.pop("source", None)
+        return d
+
+    @property
+    def sha256(self) -> str:
+        """Hash of the profile's content (canonical JSON), recorded in manifests."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+    @property
+    def primary_format(self) -> str:
+        return self.artifact.formats[0]
+
+
+def _validate(profile: Profile, where: str) -> Profile:
+    if profile.artifact.batch_size < 1:
+        raise ProfileError(f"{where}: key 'artifact.batch_size': must be >= 1, got {profile.artifact.batch_size}")
+    if not profile.artifact.formats:
+        raise ProfileError(f"{where}: key 'artifact.formats': at least one format is required")
+    if not profile.runtime.chain:
+        raise ProfileError(f"{where}: key 'runtime.chain': at least one runtime step is required")
+    for i, step in enumerate(profile.runtime.chain):
+        if step.format not in profile.artifact.formats:
+            raise ProfileError(
+                f"{where}: key 'runtime.chain[{i}].format': '{step.format}' is not produced by this profile",
+                f"formats produced: {', '.join(profile.artifact.formats)}",
+            )
+    a = profile.accuracy
+    if not (0.0 < a.holdout_fraction < 1.0):
+        raise ProfileError(f"{where}: key 'accuracy.holdout_fraction': must be between 0 and 1, got {a.holdout_fraction}")
+    return profile
+
+
+def parse_profile(data: dict, where: str) -> Profile:
+    """Parse a profile from a TOML-derived dict.
+
+    Raises:
+        ProfileError: naming ``where``, the key and the allowed values.
+    """
+    profile = typed.parse(Profile, data, where=where, error=ProfileError)
+    object.__setattr__(profile, "source", where)
+    return _validate(profile, where)
+
+
+def load_profile_file(path: str | Path) -> Profile:
+    """Read and validate a profile TOML file.
+
+    Raises:
+        ProfileError: unreadable file, invalid TOML, or invalid content.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ProfileError(f"Cannot read profile file {path}: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"{path}: invalid TOML: {exc}") from None
+    return parse_profile(data, str(path))
+
+
+@lru_cache(maxsize=1)
+def _builtin() -> dict[str, Profile]:
+    out: dict[str, Profile] = {}
+    root = resources.files("edge_sdk.device_profiles")
+    for entry in sorted(root.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".toml"):
+            data = tomllib.loads(entry.read_text(encoding="utf-8"))
+            prof = parse_profile(data, f"built-in profile {entry.name}")
+            out[prof.name] = prof
+    return out
+
+
+def builtin_profiles() -> dict[str, Profile]:
+    """All built-in profiles by canonical name."""
+    return dict(_builtin())
+
+
+def all_aliases() -> dict[str, str]:
+    """Alias -> canonical name, from :data:`ALIASES` and each profile's own ``aliases``."""
+    out = dict(ALIASES)
+    for prof in _builtin().values():
+        for alias in prof.aliases:
+            out[alias] = prof.name
+    return out
+
+
+def resolve_profile(name_or_path: str | Path | Profile, *, notes: list[str] | None = None) -> Profile:
+    """Resolve a profile name, alias or file path.
+
+    Args:
+        name_or_path: Canonical name (``jetson-orin``), alias (``jetson``), a ``.toml`` path,
+            or an already-parsed :class:`Profile`.
+        notes: If given, user-facing notes (e.g. about the retired MYRIAD plugin) are appended.
+
+    Raises:
+        ProfileError: unknown name (listing the available ones) or invalid file.
+    """
+    if isinstance(name_or_path, Profile):
+        return name_or_path
+    text = str(name_or_path)
+    if text.endswith(".toml") or Path(text).is_file():
+        return load_profile_file(text)
+    key = text.strip().lower()
+    builtin = _builtin()
+    if key in builtin:
+        return builtin[key]
+    aliases = all_aliases()
+    if key in aliases:
+        if key in RETIRED and notes is not None:
+            notes.append(RETIRED[key])
+        return builtin[aliases[key]]
+    names = ", ".join(sorted(builtin))
+    alias_text = ", ".join(f"{a}->{c}" for a, c in sorted(aliases.items()))
+    raise ProfileError(
+        f"Unknown profile '{text}'.",
+        f"Available profiles: {names}. Aliases: {alias_text}. Or pass a profile file path (*.toml).",
+    )

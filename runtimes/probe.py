@@ -1,0 +1,169 @@
+"""Can this host run a given runtime step (backend + accelerator)? Cheap and side-effect free.
+
+Used by ``edge-sdk doctor``, by ``load`` to walk a profile's runtime chain, and by ``bench``
+to decide which profiles run natively here. Importing a runtime module (onnxruntime,
+openvino, ai_edge_litert) is allowed; TensorFlow is never imported here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import platform
+from dataclasses import dataclass
+from functools import lru_cache
+
+from edge_sdk import hostinfo
+
+#: Edge TPU runtime library names per platform (libedgetpu).
+EDGETPU_LIBS = {
+    "Linux": "libedgetpu.so.1",
+    "Darwin": "libedgetpu.1.dylib",
+    "Windows": "edgetpu.dll",
+}
+
+
+@dataclass(frozen=True)
+class StepStatus:
+    """Whether a runtime step can run here, and why (not)."""
+
+    available: bool
+    reason: str
+    fix: str = ""
+
+
+@lru_cache(maxsize=None)
+def litert_module() -> tuple[str, str] | None:
+    """(module name, version) of the first importable LiteRT interpreter, TF excluded."""
+    for mod, dist in (("ai_edge_litert.interpreter", "ai-edge-litert"), ("tflite_runtime.interpreter", "tflite-runtime")):
+        try:
+            importlib.import_module(mod)
+        except ImportError:
+            continue
+        from edge_sdk._deps import version_of
+
+        return mod, version_of(dist) or "unknown"
+    return None
+
+
+@lru_cache(maxsize=None)
+def edgetpu_library() -> tuple[str | None, str]:
+    """(loadable library name or None, reason)."""
+    name = EDGETPU_LIBS.get(platform.system(), "libedgetpu.so.1")
+    try:
+        ctypes.CDLL(name)
+    except OSError as exc:
+        return None, f"{name} cannot be loaded ({exc})"
+    return name, f"{name} loads"
+
+
+@lru_cache(maxsize=None)
+def ort_providers() -> tuple[str, ...] | None:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    return tuple(ort.get_available_providers())
+
+
+@lru_cache(maxsize=None)
+def openvino_devices() -> tuple[str, ...] | None:
+    try:
+        import openvino as ov
+    except ImportError:
+        return None
+    try:
+        return tuple(ov.Core().available_devices)
+    except Exception:  # noqa: BLE001 - a broken driver must not crash doctor
+        return ()
+
+
+def tensorrt_version() -> str | None:
+    try:
+        import tensorrt as trt  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return getattr(trt, "__version__", "unknown")
+
+
+def probe_step(backend: str, accelerator: str) -> StepStatus:
+    """Check one runtime step of a profile chain.
+
+    Args:
+        backend: ``litert``, ``onnxruntime``, ``openvino`` or ``tensorrt``.
+        accelerator: delegate / execution provider / device name.
+
+    Returns:
+        A :class:`StepStatus` saying whether it can run here, why not, and how to fix it.
+    """
+    if backend == "litert":
+        lite = litert_module()
+        if lite is None:
+            return StepStatus(False, "no LiteRT interpreter (ai_edge_litert or tflite_runtime) is installed",
+                              'pip install "edge-sdk[litert]"')
+        if accelerator in ("xnnpack", "cpu"):
+            return StepStatus(True, f"{lite[0]} {lite[1]} (XNNPACK is built in)")
+        if accelerator == "edgetpu":
+            lib, why = edgetpu_library()
+            hints = hostinfo.accelerator_hints()
+            present = hints["coral_pcie"] or hints["coral_usb"]
+            if lib is None:
+                return StepStatus(False, f"Edge TPU runtime missing: {why}",
+                                  "install libedgetpu1-std from the Coral apt repository")
+            if not present:
+                return StepStatus(False, "libedgetpu loads but no Edge TPU is attached (/dev/apex_* or USB 1a6e:089a / 18d1:9302)",
+                                  "plug in the Coral USB accelerator, or install the gasket/apex driver for PCIe/M.2 and check permissions on /dev/apex_0")
+            return StepStatus(True, f"{why}; device present")
+        if accelerator == "gpu":
+            try:
+                ctypes.CDLL("libtensorflowlite_gpu_delegate.so")
+            except OSError as exc:
+                return StepStatus(False, f"LiteRT GPU delegate library cannot be loaded ({exc})",
+                                  "build or install libtensorflowlite_gpu_delegate.so for this device")
+            return StepStatus(True, "GPU delegate library loads")
+        if accelerator.startswith("external:"):
+            path = accelerator.split(":", 1)[1]
+            try:
+                ctypes.CDLL(path)
+            except OSError as exc:
+                return StepStatus(False, f"external delegate {path} cannot be loaded ({exc})", "check the delegate path")
+            return StepStatus(True, f"external delegate {path} loads")
+        return StepStatus(False, f"unknown LiteRT delegate '{accelerator}'", "use edgetpu, xnnpack, gpu or external:/path.so")
+    if backend == "onnxruntime":
+        providers = ort_providers()
+        if providers is None:
+            return StepStatus(False, "onnxruntime is not installed", 'pip install "edge-sdk[onnxruntime]"')
+        if accelerator in providers:
+            return StepStatus(True, f"onnxruntime lists {accelerator}")
+        fix = {
+            "TensorrtExecutionProvider": "install the ONNX Runtime build with TensorRT (on Jetson: the JetPack wheel from NVIDIA's Jetson Zoo)",
+            "CUDAExecutionProvider": "install onnxruntime-gpu matching the CUDA version",
+            "OpenVINOExecutionProvider": "pip install onnxruntime-openvino",
+        }.get(accelerator, "install an ONNX Runtime build with this execution provider")
+        return StepStatus(False, f"this onnxruntime build has no {accelerator} (has: {', '.join(providers)})", fix)
+    if backend == "openvino":
+        devices = openvino_devices()
+        if devices is None:
+            return StepStatus(False, "openvino is not installed", 'pip install "edge-sdk[openvino]"')
+        if any(d == accelerator or d.startswith(accelerator + ".") for d in devices):
+            return StepStatus(True, f"OpenVINO device {accelerator} is available")
+        fix = {
+            "NPU": "install the Intel NPU driver (linux-npu-driver) and make sure /dev/accel/accel0 is accessible",
+            "GPU": "install the Intel GPU compute runtime (intel-opencl-icd, level-zero)",
+        }.get(accelerator, "check the OpenVINO device name")
+        return StepStatus(False, f"OpenVINO device {accelerator} not available (has: {', '.join(devices) or 'none'})", fix)
+    if backend == "tensorrt":
+        version = tensorrt_version()
+        if version is None:
+            return StepStatus(False, "the tensorrt Python module is not installed",
+                              "on Jetson it comes with JetPack (python3-libnvinfer); elsewhere pip install tensorrt")
+        if hostinfo.nvidia_gpu() is None:
+            return StepStatus(False, f"tensorrt {version} imports but no NVIDIA GPU is visible", "check the NVIDIA driver")
+        return StepStatus(True, f"tensorrt {version}")
+    return StepStatus(False, f"unknown backend '{backend}'", "use litert, onnxruntime, openvino or tensorrt")
+
+
+def host_matches(profile) -> bool:
+    """True when the host architecture is one the profile is for (empty list: any)."""
+    arch = profile.host.arch
+    return not arch or hostinfo.machine() in arch

@@ -1,0 +1,27 @@
+"""Shared fixtures. Tiny real models are built by code in tests/models.py, never downloaded."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Keep TensorFlow quiet and deterministic in test logs.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+def run_cli(*args: str, env: dict | None = None, cwd: str | None = None, timeout: int = 600):
+    """Run the installed `edge-sdk` console script in a subprocess; returns CompletedProcess."""
+    exe = Path(sys.executable).with_name("edge-sdk")
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, env=full_env, cwd=cwd, timeout=timeout)
+
+
+@pytest.fixture
+def cli():
+    return run_cli

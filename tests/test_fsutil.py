@@ -1,0 +1,31 @@
+import pytest
+
+from edge_sdk.fsutil import staging_dir
+
+
+def test_staging_publishes_on_success(tmp_path):
+    final = tmp_path / "out"
+    with staging_dir(final) as tmp:
+        (tmp / "f").write_text("x")
+        assert not final.exists()
+    assert (final / "f").read_text() == "x"
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_staging_leaves_nothing_on_failure_and_keeps_old(tmp_path):
+    final = tmp_path / "out"
+    final.mkdir()
+    (final / "old").write_text("keep")
+    with pytest.raises(RuntimeError):
+        with staging_dir(final, force=True) as tmp:
+            (tmp / "half").write_text("x")
+            raise RuntimeError("boom")
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+    assert (final / "old").read_text() == "keep"
+
+
+def test_staging_refuses_existing_without_force(tmp_path):
+    (tmp_path / "out").mkdir()
+    with pytest.raises(FileExistsError):
+        with staging_dir(tmp_path / "out"):
+            pass
