@@ -1,0 +1,107 @@
+"""The contract between the conversion pipeline and the per-format converters.
+
+The pipeline (``pipeline.py``) reads the source model, fixes static shapes, loads and splits
+the calibration data, and then, for each profile and each of its formats, calls the format's
+``convert(job) -> FormatResult`` from :data:`FORMATS`. A format converter writes its files into
+``job.workdir`` (the staging folder of the profile, published atomically by the pipeline) and
+intermediates into ``job.scratch`` (never published). The pipeline hashes the files, writes the
+manifest and runs the accuracy gate. Format converters never write manifests themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+import numpy as np
+
+from edge_sdk.errors import ConversionError
+from edge_sdk.manifest import TensorSpec
+from edge_sdk.preprocess import PreprocessSpec
+from edge_sdk.profiles import Profile
+from edge_sdk.registry import Registry
+
+SourceFormat = Literal["onnx", "savedmodel", "keras", "tflite"]
+Feed = dict[str, np.ndarray]
+
+
+@dataclass
+class SourceModel:
+    """The model the user gave us.
+
+    ``inputs``/``outputs`` carry the source's own shapes; dynamic dims are ``-1``.
+    """
+
+    path: Path
+    format: SourceFormat
+    sha256: str
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+
+
+@dataclass
+class ConvertJob:
+    """Everything a format converter needs for one profile.
+
+    Attributes:
+        source: The source model.
+        profile: The resolved device profile.
+        input_shapes: Fully static shape of every input (batch fixed to the profile's batch size).
+        calib: Calibration feeds (each a dict input name -> array of the static shape).
+        holdout: Held-back feeds for the accuracy gate (never used for calibration).
+        calibrated: False when the user asked for ``--calib random``.
+        preprocess: The preprocessing spec images were turned into inputs with (or None).
+        workdir: The profile's staging folder: artifact files go here.
+        scratch: A private temporary folder for intermediates.
+        log: Progress callback (one line per stage).
+        options: Format-specific options from the Python API (e.g. an NNCF validation function).
+    """
+
+    source: SourceModel
+    profile: Profile
+    input_shapes: dict[str, list[int]]
+    calib: list[Feed]
+    holdout: list[Feed]
+    calibrated: bool
+    preprocess: PreprocessSpec | None
+    workdir: Path
+    scratch: Path
+    log: Callable[[str], None] = print
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class FormatResult:
+    """What a format converter produced.
+
+    Attributes:
+        model_file: Path of the main model file, relative to ``job.workdir``.
+        inputs / outputs: The artifact's static tensor specs, with quantization params where the
+            artifact's I/O is quantized (e.g. uint8 input on the Edge TPU).
+        extra_files: Other files to publish and hash: (relative path, role), e.g. the IR ``.bin``.
+        precision: Precision of the artifact (``int8``, ``fp32``...).
+        tools: Tool name -> version used.
+        route: How the artifact was made, e.g. ``"onnx -> onnx2tf -> TFLiteConverter"``.
+        backend_options: Recorded for the runtime / device (e.g. the trtexec command line).
+        warnings: Things the user should know (also printed).
+    """
+
+    model_file: str
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    extra_files: list[tuple[str, str]] = field(default_factory=list)
+    precision: str = "int8"
+    tools: dict[str, str] = field(default_factory=dict)
+    route: str = ""
+    backend_options: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+FormatConverter = Callable[[ConvertJob], FormatResult]
+
+#: artifact format name -> converter function; lazily imported ("module:function").
+FORMATS: Registry[FormatConverter] = Registry("artifact format", ConversionError)
+FORMATS.register("onnx-qdq", "edge_sdk.converters.onnx_qdq:convert")
+FORMATS.register("openvino-ir", "edge_sdk.converters.openvino_ir:convert")
+FORMATS.register("tflite-int8", "edge_sdk.converters.tflite_int8:convert")
