@@ -1,0 +1,259 @@
+"""Run the benchmark of one artifact: load, cold inference, warm-up, timed loop, memory, power.
+
+The order matters for honest numbers: load time is file-to-ready; the first inference is
+timed on its own (it pays lazy allocations and kernel selection); warm-up runs are not
+recorded; the idle baseline is taken with the model loaded but doing nothing; then the
+timed loop runs between two synchronous power samples, so energy covers exactly that loop.
+Every latency is the wall time of one ``model.infer`` call (``perf_counter_ns``), what an
+application calling the SDK waits; the backend's own ``timings['inference']`` is kept
+beside it as ``inference_ms``.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from edge_sdk.errors import InputValidationError
+from edge_sdk.manifest import read_manifest
+from edge_sdk.power import PowerMonitor
+from edge_sdk.power.sampler import Sampler
+
+from .report import BenchResult
+from .stats import summarize
+from .targets import Target
+
+#: progress(done, total or None, seconds elapsed, label); total is None in --duration mode.
+Progress = Callable[[int, "int | None", float, str], None]
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """How to run the benchmark (built by ``edge_sdk.benchmark`` and the CLI).
+
+    Attributes:
+        runs: Timed inferences (ignored when ``duration_s`` is set).
+        warmup: Untimed inferences after the first (cold) one.
+        duration_s: Run the timed loop for this many seconds instead of ``runs`` times.
+        threads: CPU threads for the runtime (None: its default).
+        strict: Refuse a fallback from the profile's native accelerator (passed to ``load``).
+        power: ``auto``, ``none``, a source name or ``cmd:COMMAND``.
+        idle_s: Seconds of idle baseline before the timed loop (0: none).
+        image: An image file: time ``preprocess`` + ``infer`` end to end instead of ``infer``.
+        backend: Force a backend (passed to ``load``).
+        device: Force a device / delegate (passed to ``load``).
+        sample_interval_s: Power and memory sampling period.
+        seed: Seed of the random input feed.
+        verify: Hash-check the artifact when loading.
+    """
+
+    runs: int = 100
+    warmup: int = 10
+    duration_s: float | None = None
+    threads: int | None = None
+    strict: bool = False
+    power: str = "auto"
+    idle_s: float = 0.0
+    image: str | None = None
+    backend: str | None = None
+    device: str | None = None
+    sample_interval_s: float = 0.02
+    seed: int = 0
+    verify: bool = True
+
+    def check(self) -> "BenchConfig":
+        """Raises InputValidationError naming the first bad option."""
+        bad = [("--runs", self.runs < 1 and self.duration_s is None, "at least 1"),
+               ("--warmup", self.warmup < 0, "0 or more"),
+               ("--duration", self.duration_s is not None and self.duration_s <= 0, "more than 0 seconds"),
+               ("--threads", self.threads is not None and self.threads < 1, "at least 1"),
+               ("--idle", self.idle_s < 0, "0 or more seconds")]
+        for opt, is_bad, want in bad:
+            if is_bad:
+                raise InputValidationError(f"{opt} must be {want}.", f"Check the value given to {opt}.")
+        return self
+
+
+# ----------------------------------------------------------------------------- memory
+def _status_kb(field: str) -> float | None:
+    # Our own process: always the real /proc (EDGE_SDK_SYSFS_ROOT is for host facts).
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return float(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def rss_mb() -> float | None:
+    """Current resident set size of this process in MB (None where /proc is missing)."""
+    kb = _status_kb("VmRSS")
+    return kb / 1024.0 if kb is not None else None
+
+
+def reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS mark (VmHWM) so the next peak is this artifact's own."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss_mb() -> float | None:
+    kb = _status_kb("VmHWM")
+    if kb is None:  # no /proc (macOS): the lifetime peak, in bytes on macOS
+        raw = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return raw / (1 << 20) if os.uname().sysname == "Darwin" else raw / 1024.0
+    return kb / 1024.0
+
+
+# ----------------------------------------------------------------------------- inputs
+_INT_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "int32": (-1000, 1000),
+               "int64": (-1000, 1000)}
+
+
+def make_feed(inputs: list[Any], seed: int = 0) -> dict[str, np.ndarray]:
+    """Random inputs matching the model's static input specs (the same for every run)."""
+    rng = np.random.default_rng(seed)
+    feed = {}
+    for spec in inputs:
+        dtype = str(spec.dtype)
+        if dtype in _INT_RANGES:
+            lo, hi = _INT_RANGES[dtype]
+            feed[spec.name] = rng.integers(lo, hi, size=spec.shape, endpoint=True).astype(dtype)
+        elif dtype == "bool":
+            feed[spec.name] = rng.integers(0, 1, size=spec.shape, endpoint=True).astype(bool)
+        else:
+            feed[spec.name] = rng.random(spec.shape, dtype=np.float32).astype(dtype)
+    return feed
+
+
+def _details(model: Any) -> dict[str, Any]:
+    """The runner's ``details`` (precision actually used ...), wherever the facade keeps them."""
+    for obj in (model, getattr(model, "runner", None), getattr(model, "_runner", None)):
+        d = getattr(obj, "details", None)
+        if isinstance(d, dict):
+            return d
+    return {}
+
+
+# ----------------------------------------------------------------------------- one artifact
+def run_one(target: Target, cfg: BenchConfig, progress: Progress | None = None) -> BenchResult:
+    """Benchmark one artifact folder.
+
+    Args:
+        target: What to run (see :mod:`edge_sdk.bench.targets`).
+        cfg: How to run it.
+        progress: Called during the timed loop (the CLI draws a progress bar with it).
+
+    Returns:
+        The measured :class:`BenchResult`.
+
+    Raises:
+        EdgeSDKError: from ``load`` / ``infer`` (bad artifact, strict fallback ...).
+    """
+    from edge_sdk import load
+
+    manifest = read_manifest(target.path, verify=False)  # the facade verifies hashes itself
+    preferred = list(target.profile.power.sensors) if target.profile else []
+    monitor = PowerMonitor(cfg.power, preferred, cfg.sample_interval_s)
+    mem = Sampler(lambda: rss_mb() or 0.0, cfg.sample_interval_s, "edge-sdk-rss")
+    try:
+        reset_peak_rss()
+        mem.start()
+        t = time.perf_counter_ns()
+        model = load(target.path, profile=target.load_profile, backend=cfg.backend, device=cfg.device,
+                     strict=cfg.strict, num_threads=cfg.threads, verify=cfg.verify)
+        load_ms = (time.perf_counter_ns() - t) / 1e6
+        try:
+            return _measure(model, target, cfg, manifest, monitor, mem, load_ms, progress)
+        finally:
+            model.close()
+    finally:
+        mem.stop()
+        monitor.close()
+
+
+def _measure(model, target, cfg, manifest, monitor, mem, load_ms, progress) -> BenchResult:
+    rss_loaded = rss_mb()
+    feed = make_feed(model.inputs, cfg.seed)
+    image = None
+    if cfg.image:
+        from PIL import Image
+
+        image = np.asarray(Image.open(cfg.image).convert("RGB"))
+
+    def once():
+        if image is not None:
+            return model.infer(model.preprocess(image))
+        return model.infer(feed)
+
+    t = time.perf_counter_ns()
+    res = once()
+    first_ms = (time.perf_counter_ns() - t) / 1e6
+    for _ in range(cfg.warmup):
+        once()
+    monitor.measure_idle(cfg.idle_s)
+    rss_warm = rss_mb()
+    lat: list[float] = []
+    backend_ms: list[float] = []
+    total = None if cfg.duration_s else cfg.runs
+    monitor.start()
+    w0 = monitor.mark()
+    cpu0 = os.times()
+    start = time.perf_counter_ns()
+    deadline = start + int(cfg.duration_s * 1e9) if cfg.duration_s else None
+    next_report = start
+    while True:
+        t = time.perf_counter_ns()
+        res = once()
+        now = time.perf_counter_ns()
+        lat.append((now - t) / 1e6)
+        if isinstance(getattr(res, "timings", None), dict) and "inference" in res.timings:
+            backend_ms.append(float(res.timings["inference"]))
+        if progress and now >= next_report:
+            progress(len(lat), total, (now - start) / 1e9, target.name)
+            next_report = now + 200_000_000  # at most five updates a second
+        if (deadline is not None and now >= deadline) or (deadline is None and len(lat) >= cfg.runs):
+            break
+    end = time.perf_counter_ns()
+    cpu1 = os.times()
+    w1 = monitor.mark()
+    monitor.stop()
+    if progress:
+        progress(len(lat), len(lat), (end - start) / 1e9, target.name)
+    wall_s = (end - start) / 1e9
+    cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+    rss_end = rss_mb()
+    mem.mark()
+    peaks = [v for _, v in mem.samples if v] + [v for v in (peak_rss_mb(),) if v]
+    details = _details(model)
+    art_precision = next((a.precision for a in manifest.artifacts if a.role == "model"), None)
+    return BenchResult(
+        name=target.name, artifact=str(target.path),
+        profile=target.profile.name if target.profile else manifest.profile.name,
+        backend=getattr(res, "backend", None) or getattr(model, "backend", None),
+        delegate=getattr(res, "delegate", None),
+        precision=str(details.get("inference_precision") or art_precision or "") or None,
+        threads=cfg.threads or details.get("num_threads"),
+        runs=len(lat), warmup=cfg.warmup, load_ms=load_ms, first_inference_ms=first_ms,
+        latency_ms=summarize(lat), inference_ms=summarize(backend_ms) if len(backend_ms) == len(lat) else None,
+        throughput_ips=len(lat) / wall_s if wall_s > 0 else 0.0,
+        peak_rss_mb=max(peaks) if peaks else None,
+        rss_growth_mb=(rss_end - rss_warm) if rss_end is not None and rss_warm is not None else None,
+        rss_after_load_mb=rss_loaded,
+        cpu_time_s=cpu_s, cpu_utilization=cpu_s / wall_s if wall_s > 0 else 0.0, wall_s=wall_s,
+        power=monitor.result(w0, w1, len(lat)), end_to_end=image is not None,
+        runtime={"details": {k: v for k, v in details.items() if isinstance(v, (str, int, float, bool, list))},
+                 "model_sha256": getattr(res, "model_sha256", None)},
+        samples_ms=[round(v, 6) for v in lat],
+    )

@@ -1,0 +1,128 @@
+"""Which artifacts to benchmark: artifact folders as given, or profiles of a ``convert`` output.
+
+An ARTIFACT argument is either an artifact folder (it holds ``manifest.json``) or a
+``convert`` output folder holding one artifact folder per profile. For the latter,
+``--profile`` picks one; otherwise every profile this host runs *natively* is benchmarked
+and the others are reported as skipped with the reason, because numbers from a fallback
+(ONNX Runtime on the CPU standing in for TensorRT) would be mistaken for the device's.
+"Natively" is decided by :mod:`edge_sdk.runtimes.probe`, exactly as ``edge-sdk doctor`` does.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from edge_sdk.errors import DelegateUnavailableError, InputValidationError, ModelLoadError, ProfileError
+from edge_sdk.manifest import MANIFEST_NAME, find_profile_folders, is_artifact_folder
+from edge_sdk.profiles import Profile, parse_profile, resolve_profile
+
+
+@dataclass(frozen=True)
+class Target:
+    """One artifact folder to benchmark."""
+
+    name: str
+    path: Path
+    profile: Profile | None
+    #: ``--profile`` as given, passed on to ``load`` (only for a single artifact folder).
+    load_profile: str | None = None
+
+
+@dataclass(frozen=True)
+class Skipped:
+    name: str
+    path: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"name": self.name, "path": self.path, "reason": self.reason}
+
+
+def manifest_profile(folder: Path) -> Profile | None:
+    """The profile an artifact was converted for: the built-in one by name, else the embedded spec."""
+    try:
+        ref = json.loads((folder / MANIFEST_NAME).read_text())["profile"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    try:
+        return resolve_profile(str(ref.get("name", "")))
+    except ProfileError:
+        pass
+    try:
+        return parse_profile(dict(ref.get("spec") or {}), f"{folder / MANIFEST_NAME}: profile.spec")
+    except ProfileError:
+        return None
+
+
+def native_reason(profile: Profile) -> str | None:
+    """None when the host runs ``profile`` natively; otherwise why not (for the skip list)."""
+    from edge_sdk.runtimes.probe import host_matches, probe_step
+
+    reasons = []
+    for step in profile.runtime.chain:
+        st = probe_step(step.backend, step.accelerator)
+        if st.available:
+            if not step.native:
+                return (f"only the fallback {step.backend}/{step.accelerator} runs here "
+                        f"({'; '.join(reasons) or 'native steps unavailable'})")
+            if not host_matches(profile):
+                return f"{step.backend}/{step.accelerator} runs here, but this host is not a {profile.name} " \
+                       f"device (arch {', '.join(profile.host.arch)}); numbers would not be representative"
+            return None
+        reasons.append(f"{step.backend}/{step.accelerator}: {st.reason}")
+    return "nothing in its runtime chain runs here (" + "; ".join(reasons) + ")"
+
+
+def expand(paths: list[str | Path], profile: str | None = None) -> tuple[list[Target], list[Skipped]]:
+    """Turn ARTIFACT arguments into targets and skips.
+
+    Args:
+        paths: Artifact folders or ``convert`` output folders.
+        profile: Pick this profile from ``convert`` output folders (name, alias or .toml).
+
+    Returns:
+        (targets to run, skipped profiles with reasons).
+
+    Raises:
+        ModelLoadError: a path is neither kind of folder.
+        InputValidationError: ``profile`` is not in a ``convert`` output folder.
+        DelegateUnavailableError: nothing at all can run natively here.
+    """
+    if not paths:
+        raise InputValidationError("No artifact given.", "Pass an artifact folder or a `convert` output folder.")
+    wanted = resolve_profile(profile) if profile else None
+    targets: list[Target] = []
+    skipped: list[Skipped] = []
+    for raw in paths:
+        path = Path(raw)
+        if is_artifact_folder(path):
+            targets.append(Target(path.name, path, wanted or manifest_profile(path), profile))
+            continue
+        folders = find_profile_folders(path)
+        if not folders:
+            raise ModelLoadError(
+                f"{path} is not an artifact folder (no {MANIFEST_NAME}) nor a `convert` output folder.",
+                "Pass the folder written by `edge-sdk convert`, or one profile subfolder of it.")
+        if wanted is not None:
+            hit = folders.get(wanted.name)
+            if hit is None:
+                raise InputValidationError(
+                    f"{path} holds no artifact for profile '{wanted.name}'.",
+                    f"Profiles in it: {', '.join(sorted(folders))}.")
+            targets.append(Target(f"{path.name}/{wanted.name}", hit, wanted))
+            continue
+        for name, folder in folders.items():
+            prof = manifest_profile(folder)
+            why = "its profile is unknown and its manifest embeds no valid spec" if prof is None else native_reason(prof)
+            if why is None:
+                targets.append(Target(f"{path.name}/{name}", folder, prof))
+            else:
+                skipped.append(Skipped(f"{path.name}/{name}", str(folder), why))
+    if not targets:
+        raise DelegateUnavailableError(
+            "No profile in " + ", ".join(str(p) for p in paths) + " runs natively on this host: "
+            + "; ".join(f"{s.name}: {s.reason}" for s in skipped),
+            "Pass --profile NAME to benchmark one anyway (the report then says which backend really ran).")
+    return targets, skipped

@@ -1,0 +1,107 @@
+"""``edge-sdk bench``: measure artifacts on this device, write the reports, enforce the gates.
+
+Thin: options become arguments of :func:`edge_sdk.benchmark`; the command prints the
+Markdown table (or JSON with ``--json -``), writes the files asked for, and only then raises
+:class:`~edge_sdk.errors.BenchmarkGateError` for failed gates, so a failing CI run still
+leaves its report behind. Exit codes are decided in :func:`edge_sdk.cli.main`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+from .cli import cli, emit_json
+from .errors import BenchmarkGateError
+
+
+class ProgressPrinter:
+    """Progress on stderr: a redrawn bar on a TTY, else a plain line every few seconds.
+
+    Args:
+        stream: Where to write (stderr).
+        min_s: Runs shorter than this print nothing (short runs need no progress).
+    """
+
+    def __init__(self, stream=None, min_s: float = 2.0):
+        self.stream = stream or sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.min_s = min_s
+        self._last_line = 0.0
+        self._drawn = False
+
+    def __call__(self, done: int, total: int | None, seconds: float, name: str) -> None:
+        finished = total is not None and done >= total
+        if seconds < self.min_s and not (finished and self._drawn):
+            return
+        if self.tty:
+            if total:
+                filled = int(30 * done / total)
+                text = f"\r{name}: [{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {seconds:.1f}s"
+            else:
+                text = f"\r{name}: {done} runs {seconds:.1f}s"
+            self.stream.write(text + ("\n" if finished else ""))
+            self.stream.flush()
+            self._drawn = not finished
+            return
+        now = time.monotonic()
+        if finished or now - self._last_line >= 5.0:
+            self.stream.write(f"{name}: {done}{'/' + str(total) if total else ''} runs, {seconds:.1f}s\n")
+            self.stream.flush()
+            self._last_line = now
+            self._drawn = not finished
+
+
+@cli.command("bench")
+@click.argument("artifacts", nargs=-1, required=True, type=click.Path())
+@click.option("--profile", help="Pick this profile from a `convert` output folder (name, alias or .toml).")
+@click.option("--runs", type=int, default=100, show_default=True, help="Timed inferences.")
+@click.option("--warmup", type=int, default=10, show_default=True, help="Untimed inferences after the cold one.")
+@click.option("--duration", type=float, help="Run the timed loop for S seconds instead of --runs.")
+@click.option("--threads", type=int, help="CPU threads for the runtime.")
+@click.option("--strict", is_flag=True, help="Fail instead of falling back from the profile's accelerator.")
+@click.option("--power", default="auto", show_default=True,
+              help='auto|none|rapl|ina3221|tegrastats|nvml|hwmon|cmd:"COMMAND printing watts".')
+@click.option("--idle", "idle_s", type=float, default=0.0, help="Seconds of idle baseline before the timed loop.")
+@click.option("--image", type=click.Path(dir_okay=False), help="Time preprocessing of this image + inference (end to end).")
+@click.option("--backend", help="Force a backend (litert, onnxruntime, openvino, tensorrt).")
+@click.option("--device", help="Force a device / delegate / execution provider.")
+@click.option("--json", "json_path", help="Write the JSON report to FILE ('-': print it instead of the table).")
+@click.option("--markdown", "md_path", help="Write the Markdown table to FILE.")
+@click.option("--plot", "plot_path", help='Write a PNG plot to FILE (needs the "plot" extra: matplotlib).')
+@click.option("--fail-if", "fail_if", multiple=True, help="Gate such as 'p99_ms>20' (repeatable); exit 9 when true.")
+@click.option("--no-verify", is_flag=True, help="Skip the artifact hash check (development only).")
+def bench(artifacts, profile, runs, warmup, duration, threads, strict, power, idle_s, image, backend, device,
+          json_path, md_path, plot_path, fail_if, no_verify) -> None:
+    """Benchmark ARTIFACTS on this device: latency, cold start, memory, power and energy."""
+    from .bench import benchmark, to_markdown
+
+    if plot_path:  # fail on a missing matplotlib before minutes of measuring, not after
+        from ._deps import require
+
+        require("matplotlib", "bench --plot", extra="plot")
+    report = benchmark(list(artifacts), runs=runs, warmup=warmup, duration_s=duration, threads=threads,
+                       strict=strict, power=power, idle_s=idle_s, profile=profile, image=image,
+                       backend=backend, device=device, fail_if=fail_if, verify=not no_verify,
+                       progress=ProgressPrinter())
+    if json_path == "-":
+        emit_json(report.to_dict())
+    else:
+        click.echo(to_markdown(report))
+        if json_path:
+            report.write_json(json_path)
+            click.echo(f"wrote {json_path}", err=True)
+    if md_path:
+        report.write_markdown(md_path)
+        click.echo(f"wrote {md_path}", err=True)
+    if plot_path:
+        from .bench.plot import write_plot
+
+        write_plot(report, plot_path)
+        click.echo(f"wrote {plot_path}", err=True)
+    if report.gates_failed:
+        raise BenchmarkGateError(
+            f"{len(report.gates_failed)} benchmark gate(s) failed: " + "; ".join(report.gates_failed),
+            "The figures above are from this run; the report files were written before failing.")
