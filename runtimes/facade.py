@@ -1,0 +1,278 @@
+"""The runtime facade: ``edge_sdk.load(path) -> Model``; ``model.infer(x) -> InferenceResult``.
+
+The facade checks and converts; the backend runner (:mod:`edge_sdk.runtimes.base`) runs.
+
+* Loading reads and hash-checks the manifest (:func:`edge_sdk.manifest.read_manifest`), parses
+  the embedded profile, walks its runtime chain (:mod:`edge_sdk.runtimes.select`), validates the
+  model file's container before native code sees it, and checks that the runtime's own view of
+  the inputs/outputs agrees with the manifest (a mismatch is a ``ModelLoadError``: we never
+  reshape or transpose silently).
+* ``infer`` enforces the manifest's input contract (names, shapes, dtypes, finite values),
+  quantizes float input of an int8 model with the manifest's scale/zero point and
+  dequantizes int8 outputs unless ``raw=True``.
+
+Thread safety: a :class:`Model` may be shared by threads. ONNX Runtime sessions and OpenVINO
+compiled models (one infer request per thread) run concurrently; a LiteRT interpreter or a
+TensorRT context runs one call at a time (the facade holds a per-model lock). Outputs are
+fresh arrays owned by the caller. ``close()`` while another thread is inferring is not allowed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edge_sdk.errors import InputValidationError, ModelLoadError
+from edge_sdk.manifest import Manifest, TensorSpec, read_manifest
+from edge_sdk.profiles import RuntimeStep
+
+from .base import Runner, RunnerConfig
+from .select import Selection, manifest_profile, open_runner, resolve_folder
+from .tensors import InputPlan, OutputPlan, plan_inputs, plan_outputs
+
+_perf = time.perf_counter
+
+
+@dataclass
+class InferenceResult:
+    """One inference.
+
+    Attributes:
+        outputs: Output name (as in the manifest) -> numpy array.
+        timings: Milliseconds: ``preprocess``, ``quantize``, ``inference``, ``dequantize``, ``total``.
+        backend: What ran, e.g. ``litert/xnnpack``.
+        delegate: The delegate / provider / device that actually ran (partial delegation included).
+        model_sha256: sha256 of the model file that ran.
+        profile: The profile the artifact was converted for.
+        fallback: True when the profile's preferred accelerator was skipped.
+    """
+
+    outputs: dict[str, np.ndarray]
+    timings: dict[str, float]
+    backend: str
+    delegate: str
+    model_sha256: str
+    profile: str
+    fallback: bool = False
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.outputs[name]
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """Options of :func:`load` that shape inference (typed, not an option dict)."""
+
+    check_finite: bool = True
+    num_threads: int | None = None
+    cache_dir: Path | None = None
+
+
+class Model:
+    """A loaded artifact. Create with :func:`load`; use as a context manager or call :meth:`close`."""
+
+    def __init__(self, folder: Path, manifest: Manifest, runner: Runner, selection: Selection,
+                 model_sha256: str, options: LoadOptions):
+        self.folder = folder
+        self.manifest = manifest
+        self.selection = selection
+        self.model_sha256 = model_sha256
+        self.options = options
+        self._runner = runner
+        self._lock = None if runner.thread_safe else threading.Lock()
+        self._in: InputPlan = plan_inputs(manifest.inputs, runner.input_metadata, options.check_finite)
+        self._out: OutputPlan = plan_outputs(manifest.outputs, runner.output_metadata)
+        self.backend = f"{runner.backend}/{runner.delegate}"
+        self._preprocess = None
+
+    # -- what runs --------------------------------------------------------------------------
+    @property
+    def inputs(self) -> list[TensorSpec]:
+        """Input specs from the manifest (name, shape, dtype, quantization)."""
+        return list(self.manifest.inputs)
+
+    @property
+    def outputs(self) -> list[TensorSpec]:
+        """Output specs from the manifest."""
+        return list(self.manifest.outputs)
+
+    @property
+    def profile(self) -> str:
+        return self.selection.profile
+
+    @property
+    def delegate(self) -> str:
+        return self._runner.delegate
+
+    @property
+    def step(self) -> RuntimeStep:
+        return self.selection.step
+
+    @property
+    def fallback(self) -> bool:
+        return self.selection.fallback
+
+    @property
+    def details(self) -> dict[str, Any]:
+        """Runtime facts: precision used, ops/layers delegated, providers in use."""
+        return dict(self._runner.details)
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-able summary of what was loaded and how it was chosen."""
+        return {"folder": str(self.folder), "profile": self.profile, "backend": self.backend,
+                "delegate": self.delegate, "format": self.step.format, "fallback": self.fallback,
+                "explicit": self.selection.explicit, "skipped": list(self.selection.skipped),
+                "notes": list(self.selection.notes), "details": self.details, "model_sha256": self.model_sha256}
+
+    # -- inference --------------------------------------------------------------------------
+    def infer(self, inputs: Any, *, raw: bool = False) -> InferenceResult:
+        """Run the model once.
+
+        Args:
+            inputs: ``{name: array}``, or one array for a one-input model. Shapes and dtypes must
+                match the manifest; float input to a quantized input is quantized.
+            raw: Pass int8/uint8 tensors through untouched: inputs must already be of the
+                model's integer dtype and outputs stay quantized.
+
+        Returns:
+            An :class:`InferenceResult`.
+
+        Raises:
+            InputValidationError: missing/extra name, wrong shape, rank or dtype, NaN/Inf.
+            ModelLoadError: the model was closed.
+        """
+        t0 = _perf()
+        runner = self._runner
+        if not runner.is_active:
+            raise ModelLoadError("This model is closed.", "Load it again with edge_sdk.load().")
+        feed, t_quant = self._in.convert(inputs, raw)
+        t1 = _perf()
+        if self._lock is None:
+            outs = runner.infer_impl(feed)
+        else:
+            with self._lock:
+                outs = runner.infer_impl(feed)
+        t2 = _perf()
+        outputs = self._out.convert(outs, raw)
+        t3 = _perf()
+        return InferenceResult(
+            outputs, {"preprocess": 0.0, "quantize": t_quant * 1e3, "inference": (t2 - t1) * 1e3,
+                      "dequantize": (t3 - t2) * 1e3, "total": (t3 - t0) * 1e3},
+            self.backend, runner.delegate, self.model_sha256, self.selection.profile, self.selection.fallback)
+
+    def preprocess(self, image: Any) -> np.ndarray:
+        """Apply exactly the preprocessing recorded in the manifest to one image.
+
+        Args:
+            image: A path, bytes or a PIL image.
+
+        Returns:
+            The model input array (batch of one), float as calibrated.
+
+        Raises:
+            InputValidationError: the manifest records no preprocessing, or the image is unreadable.
+        """
+        if self._preprocess is None:
+            from edge_sdk import preprocess as pp
+
+            spec = self.manifest.preprocessing.spec
+            if not spec:
+                raise InputValidationError("This artifact records no image preprocessing.",
+                                           "Pass arrays to infer(), or convert with --preprocess so the device can repeat it.")
+            parsed = pp.from_dict(spec, where="manifest preprocessing")
+            target = next((t for t in self.manifest.inputs if t.name == parsed.input), self.manifest.inputs[0])
+            self._preprocess = (pp, parsed.with_size_from_shape(list(target.shape)), target.name)
+        pp, spec, _ = self._preprocess
+        return pp.apply(image, spec)
+
+    def infer_image(self, image: Any) -> InferenceResult:
+        """Preprocess one image as recorded in the manifest, then :meth:`infer` it."""
+        t0 = _perf()
+        x = self.preprocess(image)
+        t1 = _perf()
+        result = self.infer({self._preprocess[2]: x} if len(self.manifest.inputs) > 1 else x)
+        result.timings["preprocess"] = (t1 - t0) * 1e3
+        result.timings["total"] += (t1 - t0) * 1e3
+        return result
+
+    # -- lifetime ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release the native model; safe to call twice."""
+        self._runner.deactivate()
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<edge_sdk.Model {self.profile} on {self.backend}{' (fallback)' if self.fallback else ''}>"
+
+
+def load(path: str | Path, *, profile: str | None = None, backend: str | None = None, device: str | None = None,
+         strict: bool = False, num_threads: int | None = None, verify: bool = True, check_finite: bool = True,
+         cache_dir: str | Path | None = None) -> Model:
+    """Load an artifact for inference on the best runtime step this device supports.
+
+    Args:
+        path: An artifact folder, or a ``convert`` output folder of per-profile folders.
+        profile: Which profile to load from a multi-profile folder (name or alias).
+        backend: Run this backend (``litert``, ``onnxruntime``, ``openvino``, ``tensorrt``), no fallback.
+        device: Run this accelerator (delegate / execution provider / OpenVINO device), no fallback.
+        strict: Refuse to fall back from the profile's native accelerator.
+        num_threads: CPU threads for the runtime.
+        verify: Check every file's sha256 against the manifest (turn off only in development).
+        check_finite: Reject NaN/Inf in float inputs.
+        cache_dir: Writable folder for runtime caches (TensorRT engines); default ``~/.cache/edge-sdk``.
+
+    Returns:
+        A loaded :class:`Model`.
+
+    Raises:
+        ModelLoadError: missing, tampered or corrupt artifact (``ManifestError`` for the manifest).
+        DelegateUnavailableError: strict mode and the accelerator is unavailable, or an explicit
+            backend/device cannot be used, or nothing in the chain works.
+        InputValidationError: unknown backend, or a backend/device the artifact cannot run on.
+        MissingDependencyError: the runtime for the chosen step is not installed.
+    """
+    folder, notes = resolve_folder(path, profile, strict)
+    manifest = read_manifest(folder, verify=verify)
+    if folder.is_file():
+        folder = folder.parent
+    if profile is not None and not notes:
+        from edge_sdk.profiles import resolve_profile
+
+        want = resolve_profile(profile).name
+        if want != manifest.profile.name:
+            raise ModelLoadError(f"{folder} was converted for profile '{manifest.profile.name}', not '{want}'.",
+                                 "Load the artifact folder of that profile, or omit profile=.")
+    prof = manifest_profile(manifest, str(folder))
+    cache = Path(cache_dir) if cache_dir is not None else Path.home() / ".cache" / "edge-sdk" / "engines"
+    chosen: dict[str, str] = {}
+
+    def make_config(step: RuntimeStep) -> RunnerConfig:
+        art = manifest.artifact(step.format, "model")
+        chosen["sha"] = art.sha256
+        files = {a.role: folder / a.path for a in manifest.artifacts if a.role != "model"}
+        return RunnerConfig(model_path=folder / art.path, accelerator=step.accelerator, num_threads=num_threads,
+                            files=files, backend_options=dict(manifest.backend_options), cache_dir=cache,
+                            model_sha256=art.sha256)
+
+    runner, selection = open_runner(folder, manifest, prof, backend=backend, device=device, strict=strict,
+                                    make_config=make_config)
+    selection.notes.extend(notes)
+    try:
+        return Model(folder, manifest, runner, selection, chosen["sha"],
+                     LoadOptions(check_finite=check_finite, num_threads=num_threads, cache_dir=cache))
+    except BaseException:
+        runner.deactivate()
+        raise
+
+
+__all__ = ["InferenceResult", "LoadOptions", "Model", "load"]

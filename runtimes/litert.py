@@ -1,0 +1,141 @@
+"""LiteRT (TFLite) runner: XNNPACK on CPU, the Edge TPU, the GPU delegate or an external delegate.
+
+The interpreter comes from ``ai_edge_litert`` first, then ``tflite_runtime``, and only as a
+last resort from ``tensorflow.lite`` (a device install never has TensorFlow, and importing it
+costs seconds and hundreds of MB).
+"""
+
+from __future__ import annotations
+
+import importlib
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from edge_sdk.errors import DelegateUnavailableError, MissingDependencyError
+
+from .base import NativeTensor, Runner, corrupt, native_error, read_head
+from .probe import EDGETPU_LIBS, edgetpu_library
+
+#: Interpreter modules in the order we try them.
+INTERPRETER_MODULES = ("ai_edge_litert.interpreter", "tflite_runtime.interpreter", "tensorflow.lite")
+GPU_DELEGATE_LIB = "libtensorflowlite_gpu_delegate.so"
+#: The custom op edgetpu_compiler puts in place of the ops it mapped to the Edge TPU.
+EDGETPU_OP = "edgetpu-custom-op"
+
+
+def interpreter_module():
+    """The first importable module providing ``Interpreter`` and ``load_delegate``.
+
+    Raises:
+        MissingDependencyError: none of them imports.
+    """
+    for name in INTERPRETER_MODULES:
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            continue
+        if name == "tensorflow.lite":
+            # tf.lite keeps load_delegate under experimental.
+            return type("TFLite", (), {"Interpreter": mod.Interpreter,
+                                        "load_delegate": staticmethod(mod.experimental.load_delegate),
+                                        "__name__": name})
+        return mod
+    raise MissingDependencyError("ai_edge_litert", "litert", "running .tflite models")
+
+
+class LiteRTRunner(Runner):
+    """Runs a ``.tflite`` flatbuffer with the delegate its runtime step names."""
+
+    backend = "litert"
+    formats = ("tflite-int8",)
+    # The interpreter holds its tensors in place: one invoke at a time.
+    thread_safe = False
+
+    @classmethod
+    def validate_container(cls, path: Path, files: dict[str, Path]) -> None:
+        """A TFLite flatbuffer: root table offset, then the ``TFL3`` file identifier at bytes 4..8."""
+        head = read_head(path, 8)
+        size = path.stat().st_size
+        if len(head) < 8 or head[4:8] != b"TFL3":
+            raise corrupt(path, "TFLite flatbuffer (no TFL3 identifier)")
+        (root,) = struct.unpack("<I", head[:4])
+        if root < 8 or root >= size:
+            raise corrupt(path, "TFLite flatbuffer (root offset outside the file)")
+
+    def _delegates(self, lite) -> list:
+        acc = self.config.accelerator
+        if acc in ("xnnpack", "cpu"):
+            return []  # XNNPACK is the interpreter's built-in default delegate
+        if acc == "edgetpu":
+            lib, why = edgetpu_library()
+            lib = lib or EDGETPU_LIBS.get("Linux")
+            target, opts = lib, {}
+        elif acc == "gpu":
+            target, opts = GPU_DELEGATE_LIB, {}
+        elif acc.startswith("external:"):
+            target, opts = acc.split(":", 1)[1], {}
+        else:
+            raise DelegateUnavailableError(f"Unknown LiteRT delegate '{acc}'.", "Use edgetpu, xnnpack, gpu or external:/path.so.")
+        try:
+            return [lite.load_delegate(target, opts)]
+        except (ValueError, OSError, RuntimeError) as exc:
+            raise DelegateUnavailableError(f"LiteRT delegate '{acc}' ({target}) failed to load: {exc}",
+                                           "Install the delegate library for this device and check device permissions.") from None
+
+    def activate_impl(self) -> None:
+        lite = interpreter_module()
+        delegates = self._delegates(lite)
+        path = str(self.config.model_path)
+        try:
+            interp = lite.Interpreter(model_path=path, experimental_delegates=delegates or None,
+                                      num_threads=self.config.num_threads)
+            interp.allocate_tensors()
+        except (ValueError, RuntimeError) as exc:
+            if delegates:
+                raise DelegateUnavailableError(f"LiteRT could not apply delegate '{self.config.accelerator}': {exc}",
+                                               "Check that the model was compiled for this delegate.") from None
+            raise native_error(self.config.model_path, "LiteRT", exc) from None
+        self._interp = interp
+        self.details["interpreter"] = getattr(lite, "__name__", "litert")
+        self.input_metadata = [self._meta(d) for d in interp.get_input_details()]
+        self.output_metadata = [self._meta(d) for d in interp.get_output_details()]
+        self._in_idx = [t.handle for t in self.input_metadata]
+        self._out_idx = [t.handle for t in self.output_metadata]
+        self.delegate = self.config.accelerator if self.config.accelerator != "cpu" else "xnnpack"
+        self._count_delegated_ops()
+
+    @staticmethod
+    def _meta(d: dict) -> NativeTensor:
+        scale, zp = d.get("quantization", (0.0, 0))
+        return NativeTensor(str(d["name"]), tuple(int(s) for s in d["shape"]), np.dtype(d["dtype"]), int(d["index"]),
+                            (float(scale), int(zp)) if scale else None)
+
+    def _count_delegated_ops(self) -> None:
+        """For the Edge TPU, count ops the compiler mapped vs ops left on the CPU."""
+        if self.config.accelerator != "edgetpu":
+            return
+        try:
+            ops = [o.get("op_name", "") for o in self._interp._get_ops_details()]
+        except Exception:  # noqa: BLE001 - a private API; absent on old runtimes
+            return
+        on_tpu = sum(1 for o in ops if o == EDGETPU_OP)
+        self.details["ops_total"] = len(ops)
+        self.details["ops_delegated"] = on_tpu
+        if on_tpu == 0:
+            raise DelegateUnavailableError(
+                f"{self.config.model_path.name} has no Edge TPU ops: it was not compiled with edgetpu_compiler.",
+                "Run edgetpu_compiler on the int8 model (edge-sdk convert does this when the compiler is installed).")
+        if on_tpu < len(ops):
+            self.delegate = f"edgetpu (partial: {len(ops) - on_tpu} of {len(ops)} ops on CPU)"
+
+    def infer_impl(self, feed: list[np.ndarray]) -> list[np.ndarray]:
+        interp = self._interp
+        for idx, arr in zip(self._in_idx, feed):
+            interp.set_tensor(idx, arr)
+        interp.invoke()
+        return [interp.get_tensor(idx) for idx in self._out_idx]
+
+    def deactivate_impl(self) -> None:
+        self._interp = None

@@ -1,0 +1,106 @@
+"""ONNX Runtime runner: one execution provider per runtime step (TensorRT, CUDA, OpenVINO, CPU).
+
+ONNX Runtime silently drops a provider it cannot initialise and runs on the CPU; this runner
+checks ``session.get_providers()`` after creating the session and reports what is really in
+use, so the facade can refuse (strict) or report the fallback (non-strict).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from edge_sdk._deps import require
+from edge_sdk.errors import DelegateUnavailableError
+
+from .base import NativeTensor, Runner, corrupt, native_error, read_head
+
+#: ONNX tensor type strings -> numpy dtypes (the ones an artifact may use at its boundary).
+ORT_TYPES = {
+    "tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
+    "tensor(int8)": np.int8, "tensor(uint8)": np.uint8, "tensor(int16)": np.int16,
+    "tensor(int32)": np.int32, "tensor(int64)": np.int64, "tensor(bool)": np.bool_,
+}
+
+
+#: Protobuf tags of ModelProto fields (ir_version, producer_*, domain, model_version, doc_string,
+#: graph, opset_import, metadata_props, training_info, functions).
+MODELPROTO_FIRST_TAGS = frozenset({0x08, 0x12, 0x1A, 0x22, 0x28, 0x32, 0x3A, 0x42, 0x72, 0xA2, 0xCA})
+
+
+def provider_options(provider: str, config) -> dict:
+    """Options for one execution provider (TensorRT: int8 and an engine cache outside the artifact)."""
+    if provider == "TensorrtExecutionProvider":
+        opts = {"trt_int8_enable": True, "trt_fp16_enable": True}
+        if config.cache_dir is not None:
+            opts.update(trt_engine_cache_enable=True, trt_engine_cache_path=str(config.cache_dir),
+                        trt_timing_cache_enable=True, trt_timing_cache_path=str(config.cache_dir))
+        return opts
+    return {}
+
+
+class OnnxRuntimeRunner(Runner):
+    """Runs a (QDQ) ``.onnx`` model with the execution provider of its runtime step."""
+
+    backend = "onnxruntime"
+    formats = ("onnx-qdq",)
+    # InferenceSession.run is documented as thread-safe.
+    thread_safe = True
+
+    @classmethod
+    def validate_container(cls, path: Path, files: dict[str, Path]) -> None:
+        """An ONNX ModelProto: non-empty, starting with a protobuf field tag ONNX writers emit first.
+
+        ``onnx`` is not a runtime dependency, so this is a cheap sanity check; ONNX Runtime's own
+        protobuf parser rejects the rest with an exception (wrapped into ``ModelLoadError``).
+        """
+        head = read_head(path, 1)
+        # Writers emit fields in number order, so the first byte is the tag of a ModelProto field.
+        if not head or head[0] not in MODELPROTO_FIRST_TAGS:
+            raise corrupt(path, "ONNX model (not a ModelProto)")
+
+    def activate_impl(self) -> None:
+        ort = require("onnxruntime", "running .onnx models")
+        cfg = self.config
+        provider = cfg.accelerator
+        so = ort.SessionOptions()
+        if cfg.num_threads:
+            so.intra_op_num_threads = int(cfg.num_threads)
+        so.log_severity_level = 3  # errors only: provider chatter is not for device logs
+        providers = [(provider, provider_options(provider, cfg))]
+        if provider != "CPUExecutionProvider":
+            # ORT needs the CPU provider for nodes the accelerator does not take.
+            providers.append(("CPUExecutionProvider", {}))
+        try:
+            sess = ort.InferenceSession(str(cfg.model_path), sess_options=so, providers=providers)
+        except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types from native code
+            msg = str(exc)
+            if provider != "CPUExecutionProvider" and provider.replace("ExecutionProvider", "") in msg:
+                raise DelegateUnavailableError(f"ONNX Runtime could not start {provider}: {msg.splitlines()[0][:200]}",
+                                               "Check the provider's libraries (CUDA/TensorRT) for this ONNX Runtime build.") from None
+            raise native_error(cfg.model_path, "ONNX Runtime", exc) from None
+        used = sess.get_providers()
+        if provider not in used:
+            raise DelegateUnavailableError(
+                f"ONNX Runtime dropped {provider} while creating the session (in use: {', '.join(used)}).",
+                "Install the ONNX Runtime build with this provider and its libraries (CUDA, cuDNN, TensorRT).")
+        self._sess = sess
+        self.details["providers"] = list(used)
+        self.input_metadata = [self._meta(i) for i in sess.get_inputs()]
+        self.output_metadata = [self._meta(o) for o in sess.get_outputs()]
+        self._in_names = [t.name for t in self.input_metadata]
+        self._out_names = [t.name for t in self.output_metadata]
+        self.delegate = provider
+
+    @staticmethod
+    def _meta(arg) -> NativeTensor:
+        # A symbolic dimension (str/None) becomes -1: the facade refuses it against the static manifest.
+        shape = tuple(d if isinstance(d, int) else -1 for d in arg.shape)
+        return NativeTensor(arg.name, shape, np.dtype(ORT_TYPES.get(arg.type, np.float32)), arg.name)
+
+    def infer_impl(self, feed: list[np.ndarray]) -> list[np.ndarray]:
+        return self._sess.run(self._out_names, dict(zip(self._in_names, feed)))
+
+    def deactivate_impl(self) -> None:
+        self._sess = None

@@ -1,0 +1,135 @@
+"""OpenVINO runner: an IR (``.xml`` + ``.bin``) compiled for the profile's device (NPU, GPU, CPU).
+
+Reports the device that really executes (``EXECUTION_DEVICES``) and the inference precision
+the plugin chose (``INFERENCE_PRECISION_HINT``), plus how many layers run in int8.
+"""
+
+from __future__ import annotations
+
+import threading
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+
+from edge_sdk._deps import require
+from edge_sdk.errors import DelegateUnavailableError
+
+from .base import NativeTensor, Runner, corrupt, native_error
+
+#: IR files larger than this are not parsed in Python for the pre-check (the plugin still checks).
+MAX_XML_CHECK_BYTES = 64 * 1024 * 1024
+
+
+def weights_path(path: Path, files: dict[str, Path]) -> Path:
+    """The ``.bin`` beside an IR ``.xml`` (the manifest's ``weights`` file when it lists one)."""
+    return files.get("weights") or path.with_suffix(".bin")
+
+
+class OpenVINORunner(Runner):
+    """Runs an OpenVINO IR (or ONNX file) on one OpenVINO device."""
+
+    backend = "openvino"
+    formats = ("openvino-ir", "onnx-qdq")
+    # One InferRequest per thread (thread-local) over a shared CompiledModel, which is thread-safe.
+    thread_safe = True
+
+    @classmethod
+    def validate_container(cls, path: Path, files: dict[str, Path]) -> None:
+        """The ``.xml`` is an IR ``<net>``, and every constant it references lies inside the ``.bin``."""
+        if path.suffix.lower() == ".onnx":
+            from .onnxruntime import OnnxRuntimeRunner
+
+            return OnnxRuntimeRunner.validate_container(path, files)
+        if path.stat().st_size > MAX_XML_CHECK_BYTES:
+            return
+        try:
+            root = ET.parse(path).getroot()
+        except (ET.ParseError, OSError):
+            raise corrupt(path, "OpenVINO IR (.xml does not parse)") from None
+        if root.tag != "net":
+            raise corrupt(path, f"OpenVINO IR (root element is <{root.tag}>, expected <net>)")
+        end = 0
+        for data in root.iter("data"):
+            off, size = data.get("offset"), data.get("size")
+            if off is not None and size is not None:
+                try:
+                    end = max(end, int(off) + int(size))
+                except ValueError:
+                    raise corrupt(path, "OpenVINO IR (bad constant offset)") from None
+        if end:
+            bin_path = weights_path(path, files)
+            if not bin_path.is_file():
+                raise corrupt(path, f"OpenVINO IR (weights file {bin_path.name} is missing)")
+            if bin_path.stat().st_size < end:
+                raise corrupt(bin_path, f"OpenVINO IR weights file (needs {end} bytes, has {bin_path.stat().st_size})")
+
+    def activate_impl(self) -> None:
+        ov = require("openvino", "running OpenVINO IR models")
+        cfg = self.config
+        core = ov.Core()
+        config = {}
+        if cfg.num_threads and cfg.accelerator == "CPU":
+            config["INFERENCE_NUM_THREADS"] = int(cfg.num_threads)
+        try:
+            args = [str(cfg.model_path)]
+            if cfg.model_path.suffix.lower() == ".xml":
+                args.append(str(weights_path(cfg.model_path, cfg.files)))
+            model = core.read_model(*args)
+        except Exception as exc:  # noqa: BLE001 - OpenVINO raises RuntimeError subclasses from C++
+            raise native_error(cfg.model_path, "OpenVINO", exc) from None
+        try:
+            compiled = core.compile_model(model, cfg.accelerator, config)
+        except Exception as exc:  # noqa: BLE001
+            raise DelegateUnavailableError(
+                f"OpenVINO could not compile {cfg.model_path.name} for device {cfg.accelerator}: "
+                f"{str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__}",
+                "Check the device driver (NPU: linux-npu-driver; GPU: intel-opencl-icd) and that shapes are static.",
+            ) from None
+        self._compiled = compiled
+        self._tls = threading.local()
+        self.input_metadata = [self._meta(p, i) for i, p in enumerate(compiled.inputs)]
+        self.output_metadata = [self._meta(p, i) for i, p in enumerate(compiled.outputs)]
+        self._n_out = len(self.output_metadata)
+        self._describe(compiled)
+
+    def _describe(self, compiled) -> None:
+        """Record the device and precision the plugin really uses."""
+        try:
+            devices = list(compiled.get_property("EXECUTION_DEVICES"))
+        except Exception:  # noqa: BLE001 - older plugins lack the property
+            devices = [self.config.accelerator]
+        self.delegate = ",".join(devices) or self.config.accelerator
+        try:
+            prec = compiled.get_property("INFERENCE_PRECISION_HINT")
+            self.details["inference_precision"] = prec.to_string() if hasattr(prec, "to_string") else str(prec)
+        except Exception:  # noqa: BLE001
+            pass
+        try:
+            prec = [op.get_rt_info()["runtimePrecision"].astype(str) for op in compiled.get_runtime_model().get_ops()
+                    if "runtimePrecision" in op.get_rt_info()]
+            self.details["layers_int8"] = sum(1 for p in prec if p.lower() in ("i8", "u8"))
+            self.details["layers_total"] = len(prec)
+        except Exception:  # noqa: BLE001 - informational only
+            pass
+
+    @staticmethod
+    def _meta(port, i: int) -> NativeTensor:
+        ps = port.get_partial_shape()
+        shape = tuple(d.get_length() if d.is_static else -1 for d in ps)
+        try:
+            name = port.get_any_name()
+        except RuntimeError:
+            name = f"#{i}"
+        return NativeTensor(name, shape, np.dtype(port.get_element_type().to_dtype()), i)
+
+    def infer_impl(self, feed: list[np.ndarray]) -> list[np.ndarray]:
+        req = getattr(self._tls, "req", None)
+        if req is None:
+            req = self._tls.req = self._compiled.create_infer_request()
+        res = req.infer(feed, share_inputs=True)
+        return list(res.to_tuple())
+
+    def deactivate_impl(self) -> None:
+        self._compiled = None
+        self._tls = threading.local()

@@ -1,0 +1,212 @@
+"""Which profile and which runtime step to run: walking the profile's runtime chain.
+
+The manifest embeds the profile it was converted for; its ``runtime.chain`` lists steps
+(backend, accelerator, artifact format) best first. :func:`open_runner` walks it, probing each
+step (:func:`edge_sdk.runtimes.probe.probe_step`) and activating the first that really works.
+
+* ``strict=True`` refuses to run a step that is not ``native`` (raises
+  :class:`~edge_sdk.errors.DelegateUnavailableError` with what is missing and how to fix it).
+* ``strict=False`` falls back along the chain and warns once (:class:`FallbackWarning`).
+* An explicit ``backend=``/``device=`` is a choice, not a fallback: only matching steps are
+  tried, nothing warns, and failure raises.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edge_sdk.errors import DelegateUnavailableError, InputValidationError, ModelLoadError, ProfileError
+from edge_sdk.manifest import MANIFEST_NAME, Manifest, find_profile_folders, is_artifact_folder
+from edge_sdk.profiles import Profile, RuntimeStep, parse_profile, resolve_profile
+from edge_sdk.registry import Registry
+
+from .base import FallbackWarning, Runner, RunnerConfig
+from .probe import host_matches, probe_step
+
+#: backend name -> runner class ("module:attr", imported only when that backend is used).
+BACKENDS: Registry[type[Runner]] = Registry("backend", InputValidationError)
+BACKENDS.register("litert", "edge_sdk.runtimes.litert:LiteRTRunner")
+BACKENDS.register("onnxruntime", "edge_sdk.runtimes.onnxruntime:OnnxRuntimeRunner")
+BACKENDS.register("openvino", "edge_sdk.runtimes.openvino:OpenVINORunner")
+BACKENDS.register("tensorrt", "edge_sdk.runtimes.tensorrt:TensorRTRunner")
+
+#: The accelerator an explicit ``backend=`` without ``device=`` means when the chain has none.
+DEFAULT_ACCELERATOR = {"litert": "xnnpack", "onnxruntime": "CPUExecutionProvider", "openvino": "CPU", "tensorrt": "gpu"}
+#: Accelerators that are "just the CPU" (a profile using one is not an accelerator profile).
+CPU_ACCELERATORS = frozenset({"xnnpack", "cpu", "CPU", "CPUExecutionProvider"})
+
+
+@dataclass
+class Selection:
+    """How the facade chose what runs; tells the truth about fallbacks.
+
+    Attributes:
+        profile: The profile the artifact was converted for.
+        step: The runtime step that runs.
+        explicit: The caller chose backend/device.
+        skipped: ``"backend/accelerator: reason (fix)"`` for each step passed over.
+        notes: Other facts worth telling (which profile of a multi-profile folder was picked).
+    """
+
+    profile: str
+    step: RuntimeStep
+    explicit: bool = False
+    skipped: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def fallback(self) -> bool:
+        """True when a preferred step was skipped (never for an explicit choice)."""
+        return bool(self.skipped) and not self.explicit
+
+
+def step_name(step: RuntimeStep) -> str:
+    return f"{step.backend}/{step.accelerator}"
+
+
+def manifest_profile(manifest: Manifest, where: str) -> Profile:
+    """Parse the profile embedded in the manifest.
+
+    Raises:
+        ModelLoadError: the manifest embeds no valid profile.
+    """
+    if not manifest.profile.spec:
+        raise ModelLoadError(f"{where}: the manifest embeds no profile spec; cannot tell how to run it.",
+                             "Convert the model again with this edge-sdk version.")
+    try:
+        return parse_profile(manifest.profile.spec, f"{where} (embedded profile)")
+    except ProfileError as exc:
+        raise ModelLoadError(exc.message, exc.hint) from None
+
+
+def resolve_folder(path: str | Path, profile: str | None, strict: bool) -> tuple[Path, list[str]]:
+    """The artifact folder to load: ``path`` itself, or one profile folder of a ``convert`` output.
+
+    Args:
+        path: Artifact folder, or a folder of per-profile artifact folders.
+        profile: Profile name/alias to pick (None: the one this device runs natively).
+        strict: Refuse to pick a profile that cannot run natively here.
+
+    Returns:
+        (artifact folder, notes saying which profile was picked and why).
+
+    Raises:
+        ModelLoadError: nothing loadable at ``path``, or the named profile is not in it.
+        DelegateUnavailableError: strict and no profile runs natively here.
+    """
+    path = Path(path)
+    if is_artifact_folder(path) or path.name == MANIFEST_NAME:
+        return path, []
+    folders = find_profile_folders(path)
+    if not folders:
+        raise ModelLoadError(f"{path} is neither an artifact folder (no {MANIFEST_NAME}) nor a convert output folder.",
+                             "Pass the folder `edge-sdk convert` wrote, or one of its profile subfolders.")
+    if profile is not None:
+        name = resolve_profile(profile).name
+        if name not in folders:
+            raise ModelLoadError(f"{path} holds no artifact for profile '{name}'.", f"Profiles present: {', '.join(folders)}")
+        return folders[name], [f"profile '{name}' chosen by the caller"]
+    ranked = []
+    for name, folder in folders.items():
+        prof = _peek_profile(folder)
+        if prof is None or not host_matches(prof):
+            continue
+        native = [s for s in prof.runtime.chain if s.native and probe_step(s.backend, s.accelerator).available]
+        if native:
+            ranked.append((native[0].accelerator in CPU_ACCELERATORS, name, folder, step_name(native[0])))
+    if ranked:
+        ranked.sort()
+        _, name, folder, step = ranked[0]
+        return folder, [f"picked profile '{name}' from {path}: it runs natively here on {step} (others: "
+                        f"{', '.join(n for n in folders if n != name) or 'none'})"]
+    if strict:
+        raise DelegateUnavailableError(f"No profile in {path} runs natively on this device ({', '.join(folders)}).",
+                                       "Pass profile=... (or --profile) to run one with the reported fallback, "
+                                       "or run `edge-sdk doctor` to see what is missing.")
+    name = sorted(folders)[0]
+    return folders[name], [f"no profile in {path} runs natively here; using '{name}' with fallback"]
+
+
+def _peek_profile(folder: Path) -> Profile | None:
+    try:
+        data = json.loads((folder / MANIFEST_NAME).read_text())
+        return parse_profile(data["profile"]["spec"], str(folder))
+    except (OSError, ValueError, KeyError, TypeError, ProfileError):
+        return None
+
+
+def candidate_steps(profile: Profile, manifest: Manifest, backend: str | None,
+                    device: str | None) -> tuple[list[RuntimeStep], bool]:
+    """The steps to try, in order, and whether the caller chose them explicitly.
+
+    Raises:
+        InputValidationError: unknown backend, or a device/backend with no matching format.
+    """
+    formats = set(manifest.formats)
+    chain = [s for s in profile.runtime.chain if s.format in formats]
+    if backend is None and device is None:
+        return chain, False
+    if backend is not None:
+        BACKENDS.get(backend)  # unknown backend -> error listing the known ones
+    picked = [s for s in chain if (backend is None or s.backend == backend) and (device is None or s.accelerator == device)]
+    if picked:
+        return picked, True
+    if backend is None:
+        raise InputValidationError(f"device '{device}' is not in the runtime chain of profile '{profile.name}'.",
+                                   f"Chain: {', '.join(step_name(s) for s in chain)}; or pass backend= as well.")
+    readable = [f for f in BACKENDS.get(backend).formats if f in formats]
+    if not readable:
+        raise InputValidationError(f"backend '{backend}' cannot read this artifact (formats: {', '.join(sorted(formats))}).",
+                                   f"Chain: {', '.join(step_name(s) for s in chain)}")
+    return [RuntimeStep(backend, device or DEFAULT_ACCELERATOR[backend], readable[0], native=False)], True
+
+
+def open_runner(folder: Path, manifest: Manifest, profile: Profile, *, backend: str | None, device: str | None,
+                strict: bool, make_config) -> tuple[Runner, Selection]:
+    """Walk the chain and return the first runner that activates, with the selection record.
+
+    Args:
+        folder: The artifact folder.
+        manifest: Its validated manifest.
+        profile: The profile embedded in it.
+        backend / device: An explicit choice, or None.
+        strict: Refuse non-native steps.
+        make_config: ``(step) -> RunnerConfig`` for the step's artifact file.
+
+    Raises:
+        DelegateUnavailableError: strict and the native accelerator cannot be used, an explicit
+            choice cannot be used, or no step of the chain works.
+        ModelLoadError: the artifact file is corrupt (not a matter of falling back).
+    """
+    steps, explicit = candidate_steps(profile, manifest, backend, device)
+    sel = Selection(profile=profile.name, step=steps[0] if steps else profile.runtime.chain[0], explicit=explicit)
+    fixes: list[str] = []
+    for step in steps:
+        if strict and not explicit and not step.native:
+            break
+        status = probe_step(step.backend, step.accelerator)
+        if not status.available:
+            sel.skipped.append(f"{step_name(step)}: {status.reason}")
+            fixes.append(status.fix)
+            continue
+        runner = BACKENDS.get(step.backend)(make_config(step))
+        try:
+            runner.activate()
+        except DelegateUnavailableError as exc:
+            sel.skipped.append(f"{step_name(step)}: {exc.message}")
+            fixes.append(exc.hint or "")
+            continue
+        sel.step = step
+        if sel.fallback:
+            warnings.warn(f"{profile.name}: running on {step_name(step)} ({runner.delegate}) because "
+                          + "; ".join(sel.skipped), FallbackWarning, stacklevel=3)
+        return runner, sel
+    what = "; ".join(sel.skipped) or "no step of its runtime chain matches this artifact's formats"
+    fix = "; ".join(dict.fromkeys(f for f in fixes if f)) or "run `edge-sdk doctor` to see what this host can run"
+    if strict and not explicit:
+        raise DelegateUnavailableError(f"strict: profile '{profile.name}' needs its accelerator, which cannot be used here: {what}.",
+                                       fix + ". Or load with strict=False to run on the fallback and have it reported.")
+    raise DelegateUnavailableError(f"Nothing can run profile '{profile.name}' here: {what}.", fix)

@@ -1,0 +1,188 @@
+"""The input/output contract: manifest specs matched to the runtime's tensors, precomputed once.
+
+At load, :func:`plan_inputs` / :func:`plan_outputs` match each manifest tensor to the native
+one (by name, else by position when the runtime renames tensors, as TFLite does) and refuse
+any disagreement in shape, dtype or quantization: the manifest is the contract, and we never
+reshape, transpose or cast silently. The resulting plans hold everything the hot path needs
+as plain attributes, so ``convert`` does no lookups beyond one pass over the inputs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from edge_sdk.errors import InputValidationError, ModelLoadError
+from edge_sdk.manifest import TensorSpec
+
+from .base import NativeTensor
+
+
+@dataclass(frozen=True)
+class _Entry:
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    pos: int  # index in the runtime's native order
+    is_float: bool
+    quantized: bool
+    scale: float = 1.0
+    zero_point: int = 0
+    qmin: int = 0
+    qmax: int = 0
+
+
+def _match(specs: list[TensorSpec], natives: list[NativeTensor], kind: str) -> list[int]:
+    """Native position of each spec: by name when all names match, else by position."""
+    if len(specs) != len(natives):
+        raise ModelLoadError(f"The manifest lists {len(specs)} {kind}(s) but the model file has {len(natives)} "
+                             f"({', '.join(n.name for n in natives)}).", "The artifact is inconsistent: convert again.")
+    by_name = {n.name: i for i, n in enumerate(natives)}
+    if all(s.name in by_name for s in specs):
+        return [by_name[s.name] for s in specs]
+    return list(range(len(specs)))
+
+
+def _entry(spec: TensorSpec, native: NativeTensor, pos: int, kind: str) -> _Entry:
+    shape = tuple(int(d) for d in spec.shape)
+    dtype = np.dtype(spec.dtype)
+    if len(native.shape) != len(shape) or any(n != -1 and n != s for n, s in zip(native.shape, shape)):
+        raise ModelLoadError(f"{kind} '{spec.name}': the manifest says shape {list(shape)} but the model file has "
+                             f"{list(native.shape)} ('{native.name}').", "The artifact is inconsistent: convert again.")
+    if native.dtype != dtype:
+        raise ModelLoadError(f"{kind} '{spec.name}': the manifest says {dtype} but the model file has {native.dtype}.",
+                             "The artifact is inconsistent: convert again.")
+    q = spec.quantization
+    quantized = q is not None and dtype.kind in "iu"
+    if quantized and native.quant is not None and native.quant[0] > 0:
+        ns, nz = native.quant
+        if abs(ns - q.scale) > 1e-6 * max(abs(ns), 1e-12) + 1e-12 or nz != q.zero_point:
+            raise ModelLoadError(f"{kind} '{spec.name}': the manifest says scale {q.scale}, zero point {q.zero_point} "
+                                 f"but the model file has {ns}, {nz}.", "The artifact is inconsistent: convert again.")
+    info = np.iinfo(dtype) if dtype.kind in "iu" else None
+    return _Entry(spec.name, shape, dtype, pos, dtype.kind == "f", quantized,
+                  float(q.scale) if quantized else 1.0, int(q.zero_point) if quantized else 0,
+                  int(info.min) if info else 0, int(info.max) if info else 0)
+
+
+def _bad(msg: str, hint: str | None = None) -> InputValidationError:
+    return InputValidationError(msg, hint)
+
+
+class InputPlan:
+    """Checks and converts user inputs into the runtime's native feed list.
+
+    Args:
+        entries: One per manifest input, in manifest order.
+        check_finite: Reject NaN/Inf in float inputs.
+    """
+
+    def __init__(self, entries: list[_Entry], check_finite: bool):
+        self.entries = entries
+        self.names = [e.name for e in entries]
+        self.n = len(entries)
+        self.check_finite = check_finite
+
+    def _arrays(self, inputs: Any) -> list:
+        if isinstance(inputs, dict):
+            if len(inputs) == self.n:
+                try:
+                    return [inputs[name] for name in self.names]
+                except KeyError:
+                    pass
+            missing = [n for n in self.names if n not in inputs]
+            extra = [str(k) for k in inputs if k not in self.names]
+            raise _bad(f"Input names do not match: expected {self.names}"
+                       + (f"; missing {missing}" if missing else "") + (f"; unexpected {extra}" if extra else "") + ".",
+                       "Pass a dict with exactly the model's input names (see model.inputs).")
+        if self.n == 1:
+            return [inputs]
+        raise _bad(f"This model has {self.n} inputs {self.names}; got one {type(inputs).__name__}.",
+                   "Pass a dict {name: array} with every input.")
+
+    def convert(self, inputs: Any, raw: bool) -> tuple[list[np.ndarray], float]:
+        """Validate ``inputs`` and return (native feed list, seconds spent quantizing).
+
+        Raises:
+            InputValidationError: names, shape, dtype or values break the contract.
+        """
+        arrays = self._arrays(inputs)
+        feed: list[Any] = [None] * self.n
+        t_quant = 0.0
+        for e, arr in zip(self.entries, arrays):
+            if not isinstance(arr, np.ndarray):
+                raise _bad(f"Input '{e.name}': expected a numpy array {e.dtype} {list(e.shape)}, got {type(arr).__name__}.",
+                           f"Use np.asarray(x, dtype=np.{e.dtype}).")
+            if arr.shape != e.shape:
+                raise _bad(f"Input '{e.name}': expected shape {list(e.shape)}, got {list(arr.shape)}.",
+                           "Inputs are never reshaped or transposed for you: fix the shape (and layout) before calling infer().")
+            dt = arr.dtype
+            if dt == e.dtype:
+                if e.is_float and self.check_finite:
+                    self._finite(e, arr)
+                feed[e.pos] = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
+            elif e.quantized and not raw and dt.kind == "f":
+                if self.check_finite:
+                    self._finite(e, arr)
+                t = time.perf_counter()
+                q = np.rint(arr / np.float32(e.scale)) + e.zero_point
+                feed[e.pos] = np.clip(q, e.qmin, e.qmax).astype(e.dtype)
+                t_quant += time.perf_counter() - t
+            else:
+                if e.quantized and raw:
+                    hint = f"raw=True passes tensors through: give {e.dtype} values, or drop raw=True to quantize floats."
+                elif e.quantized:
+                    hint = f"Give float values (quantized with the manifest's scale/zero point) or {e.dtype} values."
+                else:
+                    hint = f"Convert explicitly: x.astype(np.{e.dtype})."
+                raise _bad(f"Input '{e.name}': expected dtype {e.dtype}, got {dt}.", hint)
+        return feed, t_quant
+
+    @staticmethod
+    def _finite(e: _Entry, arr: np.ndarray) -> None:
+        # min/max propagate NaN and expose Inf without allocating a boolean temporary.
+        if arr.size and not (np.isfinite(arr.min()) and np.isfinite(arr.max())):
+            bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
+            raise _bad(f"Input '{e.name}' contains {bad} NaN/Inf value(s).",
+                       "Fix the input, or load with check_finite=False if non-finite values are intended.")
+
+
+class OutputPlan:
+    """Turns the runtime's native outputs into ``{manifest name: array}``, dequantizing int8."""
+
+    def __init__(self, entries: list[_Entry]):
+        self.entries = entries
+        self.any_quantized = any(e.quantized for e in entries)
+        self.pairs = [(e.name, e.pos) for e in entries]
+
+    def convert(self, outs: list[np.ndarray], raw: bool) -> dict[str, np.ndarray]:
+        if raw or not self.any_quantized:
+            return {name: outs[pos] for name, pos in self.pairs}
+        result = {}
+        for e in self.entries:
+            q = outs[e.pos]
+            result[e.name] = ((q.astype(np.float32) - np.float32(e.zero_point)) * np.float32(e.scale)) if e.quantized else q
+        return result
+
+
+def plan_inputs(specs: list[TensorSpec], natives: list[NativeTensor], check_finite: bool) -> InputPlan:
+    """Precompute the input contract (see module doc).
+
+    Raises:
+        ModelLoadError: the model file disagrees with the manifest.
+    """
+    pos = _match(specs, natives, "input")
+    return InputPlan([_entry(s, natives[p], p, "input") for s, p in zip(specs, pos)], check_finite)
+
+
+def plan_outputs(specs: list[TensorSpec], natives: list[NativeTensor]) -> OutputPlan:
+    """Precompute the output conversion.
+
+    Raises:
+        ModelLoadError: the model file disagrees with the manifest.
+    """
+    pos = _match(specs, natives, "output")
+    return OutputPlan([_entry(s, natives[p], p, "output") for s, p in zip(specs, pos)])
