@@ -1,0 +1,246 @@
+"""ONNX -> TensorFlow SavedModel with onnx2tf, offline and quiet, in a child process.
+
+Why a child process:
+
+* onnx2tf calls ``sys.exit(1)`` on many errors and prints hundreds of coloured lines; in a child
+  both are contained: we keep the whole console output in a log file in scratch and turn a
+  failure into ONE :class:`~edge_sdk.errors.ConversionError` naming the failing ONNX op.
+* ``onnx2tf.convert()`` fetches a sample-image ``.npy`` from GitHub for models whose inputs are
+  all 4-D with 3 channels (it reads ``calibration_image_sample_data_20x128x128x3_float32.npy``
+  from the *current directory* first; see ``onnx2tf.utils.common_functions.
+  download_test_image_data``). The child runs with its cwd in scratch where we put that file,
+  made from *our* calibration feeds, so onnx2tf never needs the network. As a second guard the
+  child replaces ``socket.socket.connect`` with a function that records the attempt and refuses
+  it, so any other download also fails loudly instead of leaking out.
+* TensorFlow/onnx2tf global state (log levels, Keras sessions) stays out of the caller.
+
+onnx2tf transposes NCHW image inputs to NHWC; :func:`onnx_to_savedmodel` reports that per input
+so the caller can transpose calibration feeds and state the artifact's real layout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from edge_sdk.errors import ConversionError
+
+#: onnx2tf reads this file from its cwd instead of downloading it (name fixed by onnx2tf).
+SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
+LOG_NAME = "onnx2tf.log"
+NETWORK_LOG = "network_attempts.txt"
+_NHWC_PERM = [0, 2, 3, 1]
+
+ALTERNATIVES = (
+    "Try: a static input shape (--input-shape NAME=1,3,H,W) if the model has dynamic dims; "
+    "the 'onnx-qdq' format (profile arm-cpu produces it too, run by ONNX Runtime); or an Intel "
+    "profile (intel-cpu, OpenVINO). The full onnx2tf log is kept at {log}."
+)
+
+
+@dataclass
+class Onnx2TfResult:
+    """What onnx2tf produced.
+
+    Attributes:
+        saved_model: Folder of the SavedModel (signature ``serving_default``).
+        input_perms: Source input name -> axis permutation applied by onnx2tf (e.g. NCHW->NHWC
+            is ``[0, 2, 3, 1]``); absent when the input kept its layout.
+        log: Path of onnx2tf's console output.
+        version: onnx2tf version.
+    """
+
+    saved_model: Path
+    input_perms: dict[str, list[int]] = field(default_factory=dict)
+    log: Path | None = None
+    version: str = ""
+
+
+def _same(tf_shape: list[int], shape: list[int]) -> bool:
+    """Shapes agree, reading -1 in ``tf_shape`` as 'any'."""
+    return len(tf_shape) == len(shape) and all(t in (-1, s) for t, s in zip(tf_shape, shape))
+
+
+def _is_image_nchw(shape: list[int]) -> bool:
+    return len(shape) == 4 and shape[1] == 3 and shape[2] > 3 and shape[3] > 3
+
+
+def _write_sample_file(workdir: Path, input_shapes: dict[str, list[int]], calib: list[dict]) -> None:
+    """Write onnx2tf's sample-image file from our calibration feeds (NHWC, float32, >= 20 rows)."""
+    images = []
+    for feed in calib:
+        for name, shape in input_shapes.items():
+            if _is_image_nchw(shape) and name in feed:
+                arr = np.asarray(feed[name], dtype=np.float32)
+                images.extend(np.transpose(arr, _NHWC_PERM))
+                break
+    if not images:
+        # No image-like calibration data: a neutral grey image keeps onnx2tf off the network.
+        images = [np.full((128, 128, 3), 0.5, dtype=np.float32)]
+    while len(images) < 20:
+        images = images + images
+    np.save(workdir / SAMPLE_FILE, np.stack(images[:20]).astype(np.float32))
+
+
+def _failing_op(log_text: str, onnx_path: Path) -> tuple[str, str]:
+    """Return (op name, op type) of the node onnx2tf failed on, from its log; ('', '') if unknown."""
+    not_impl = re.search(r"(\w+) OP is not yet implemented", log_text)
+    names = re.findall(r"onnx_op_name:\s*(\S+)", log_text)
+    name = names[-1] if names else ""
+    op_type = not_impl.group(1) if not_impl else ""
+    if bool(name) != bool(op_type):
+        # Fill in the missing half from the graph: the type of the named node, or the name
+        # of the first node of the unimplemented type.
+        try:
+            import onnx
+
+            for node in onnx.load(str(onnx_path), load_external_data=False).graph.node:
+                if (name and node.name == name) or (not name and node.op_type == op_type):
+                    name, op_type = node.name, node.op_type
+                    break
+        except Exception:  # noqa: BLE001 - this only refines the message
+            pass
+    return name, op_type
+
+
+def _last_error_line(log_text: str) -> str:
+    """The last line that looks like a Python exception (``SomeError: message``)."""
+    found = re.findall(r"^\s*(\w+(?:Error|Exception)\b:.*)$", log_text, flags=re.MULTILINE)
+    return found[-1].strip()[:300] if found else ""
+
+
+def _failure(log: Path, onnx_path: Path, rc: int) -> ConversionError:
+    text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # strip onnx2tf's ANSI colours before parsing
+    hint = ALTERNATIVES.format(log=log)
+    if (log.parent / NETWORK_LOG).exists():
+        return ConversionError(
+            "onnx2tf tried to reach the network during conversion, which edge-sdk forbids: "
+            + (log.parent / NETWORK_LOG).read_text().strip().splitlines()[0],
+            hint,
+        )
+    name, op_type = _failing_op(text, onnx_path)
+    detail = _last_error_line(text)
+    if name or op_type:
+        what = f"op '{name}'" if name else "an op"
+        what += f" ({op_type})" if op_type else ""
+        msg = f"onnx2tf cannot convert {what} of {onnx_path.name}"
+    else:
+        msg = f"onnx2tf failed on {onnx_path.name} (exit code {rc})"
+    if detail:
+        msg += f": {detail}"
+    return ConversionError(msg + ".", hint)
+
+
+def onnx_to_savedmodel(
+    onnx_path: Path,
+    input_shapes: dict[str, list[int]],
+    calib: list[dict],
+    scratch: Path,
+    timeout_s: int = 1800,
+) -> Onnx2TfResult:
+    """Convert an ONNX model to a SavedModel with onnx2tf in a child process, offline.
+
+    Args:
+        onnx_path: The ONNX model.
+        input_shapes: Static shape of every input (overrides dynamic dims via onnx2tf's
+            ``overwrite_input_shape``).
+        calib: Calibration feeds (source layout); used for onnx2tf's sample data so it never
+            downloads its own.
+        scratch: Private folder for the SavedModel, the log and onnx2tf's files.
+        timeout_s: Give up after this long.
+
+    Returns:
+        Where the SavedModel is and how the inputs were transposed.
+
+    Raises:
+        ConversionError: onnx2tf failed (naming the op it failed on), timed out, tried to reach
+            the network, or produced no SavedModel.
+    """
+    from edge_sdk._deps import available, version_of
+    from edge_sdk.errors import MissingDependencyError
+
+    if not available("onnx2tf"):  # find_spec only: importing it here would load TensorFlow twice
+        raise MissingDependencyError("onnx2tf", "convert", "ONNX -> TFLite conversion")
+    work = Path(scratch) / "onnx2tf"
+    work.mkdir(parents=True, exist_ok=True)
+    out = work / "saved_model"
+    log = work / LOG_NAME
+    _write_sample_file(work, input_shapes, calib)
+    args = {
+        "input_onnx_file_path": str(Path(onnx_path).resolve()),
+        "output_folder_path": str(out),
+        "overwrite_input_shape": [f"{n}:{','.join(str(d) for d in s)}" for n, s in input_shapes.items()],
+    }
+    (work / "args.json").write_text(json.dumps(args), encoding="utf-8")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="-1", PYTHONUNBUFFERED="1")
+    try:
+        with open(log, "w", encoding="utf-8") as fh:
+            proc = subprocess.run(
+                [sys.executable, "-m", "edge_sdk.converters.onnx2tf_route", str(work / "args.json")],
+                cwd=work, stdout=fh, stderr=subprocess.STDOUT, env=env, timeout=timeout_s, check=False,
+            )
+    except subprocess.TimeoutExpired:
+        raise ConversionError(
+            f"onnx2tf did not finish converting {Path(onnx_path).name} within {timeout_s} s.",
+            ALTERNATIVES.format(log=log),
+        ) from None
+    if proc.returncode != 0 or (work / NETWORK_LOG).exists() or not (out / "saved_model.pb").exists():
+        raise _failure(log, Path(onnx_path), proc.returncode)
+    result_meta = json.loads((work / "result.json").read_text(encoding="utf-8"))
+    perms: dict[str, list[int]] = {}
+    tf_shapes = result_meta["input_shapes"]
+    for (name, shape), tf_shape in zip(input_shapes.items(), tf_shapes):
+        # onnx2tf's Keras inputs keep a free batch dim (-1); we fix it again when tracing.
+        if not _same(tf_shape, shape) and len(shape) == 4:
+            if _same(tf_shape, [shape[i] for i in _NHWC_PERM]):
+                perms[name] = list(_NHWC_PERM)
+            else:
+                raise ConversionError(
+                    f"onnx2tf changed input '{name}' from {shape} to {tf_shape}, which is not a layout "
+                    "transposition edge-sdk can map.",
+                    ALTERNATIVES.format(log=log),
+                )
+    return Onnx2TfResult(saved_model=out, input_perms=perms, log=log, version=version_of("onnx2tf") or "")
+
+
+def _block_network(record: Path) -> None:
+    """Refuse every outgoing connection in this process, and write down who tried."""
+    import socket
+
+    def refuse(self, address, *args, **kwargs):  # noqa: ANN001 - socket signature
+        with open(record, "a", encoding="utf-8") as fh:
+            fh.write(f"connection to {address!r} refused\n")
+        raise OSError(f"edge-sdk: network access is disabled during conversion (tried {address!r})")
+
+    socket.socket.connect = refuse  # type: ignore[method-assign]
+    socket.socket.connect_ex = refuse  # type: ignore[method-assign]
+
+
+def _child_main(args_path: str) -> int:
+    """Entry point of the child process: run onnx2tf.convert with our arguments."""
+    work = Path(args_path).parent
+    _block_network(work / NETWORK_LOG)
+    args = json.loads(Path(args_path).read_text(encoding="utf-8"))
+    import onnx2tf
+
+    model = onnx2tf.convert(
+        **args,
+        output_signaturedefs=True,  # a serving_default signature TFLiteConverter can load
+        non_verbose=False,
+        verbosity="error",
+    )
+    shapes = [[int(d) if d is not None else -1 for d in t.shape] for t in model.inputs]
+    (work / "result.json").write_text(json.dumps({"input_shapes": shapes}), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised through onnx_to_savedmodel
+    sys.exit(_child_main(sys.argv[1]))

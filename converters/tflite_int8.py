@@ -1,0 +1,361 @@
+"""The ``tflite-int8`` format: full-integer TFLite for ARM CPUs (XNNPACK) and the Coral Edge TPU.
+
+Routes, by source format (a registry, :data:`ROUTES`):
+
+* ``keras`` / ``savedmodel``: the model is traced into a ``tf.function`` with the job's fully
+  static input shapes, its variables are frozen, and ``tf.lite.TFLiteConverter`` quantizes it
+  with a representative dataset made of ``job.calib``.
+* ``onnx``: onnx2tf (offline, in a child process, see :mod:`.onnx2tf_route`) makes a
+  SavedModel, then as above. onnx2tf turns NCHW image inputs into NHWC: the calibration feeds
+  are transposed to match, and the artifact's input specs say ``NHWC`` with the real shape;
+  ``backend_options["input_transpose"]`` names the permutation from the source layout.
+* ``tflite`` (float): ai-edge-quantizer static int8 (int8 activations and weights) calibrated
+  on ``job.calib``; integer I/O, when the profile wants it, by LiteRT's model-interface tool.
+
+The profile decides the scheme: ``quantization.input_dtype/output_dtype`` (float32 keeps float
+I/O, int8/uint8 makes integer I/O), ``quantization.weights`` (per-tensor for the Edge TPU), and
+a profile with an ``[operators]`` table (coral-edgetpu) allows integer builtin ops only: a float
+op left in the graph is a :class:`~edge_sdk.errors.ConversionError` naming it. For such
+profiles the Edge TPU pre-check runs and, if ``edgetpu_compiler`` is on PATH, the compiler.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from edge_sdk.errors import CalibrationError, ConversionError
+from edge_sdk.fsutil import atomic_write_bytes
+from edge_sdk.manifest import Quantization, TensorSpec
+from edge_sdk.registry import Registry
+
+from .base import ConvertJob, FormatResult
+
+MODEL_FILE = "model.tflite"
+
+
+@dataclass
+class Converted:
+    """What a route produced.
+
+    Attributes:
+        model: The int8 TFLite flatbuffer.
+        route: How it was made (recorded in the manifest).
+        tools: Tool name -> version.
+        tensor_names: Source tensor name -> TFLite tensor name, where they differ.
+        input_perms: Source input name -> permutation from the source layout to the model's.
+        warnings: Things the user should know.
+    """
+
+    model: bytes
+    route: str
+    tools: dict[str, str] = field(default_factory=dict)
+    tensor_names: dict[str, str] = field(default_factory=dict)
+    input_perms: dict[str, list[int]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+#: source format -> route (the pipeline never asks for a format without a route; a user may).
+ROUTES: Registry[Callable[[ConvertJob], Converted]] = Registry("TFLite int8 source format", ConversionError)
+
+
+def _tool_versions(*names: str) -> dict[str, str]:
+    from edge_sdk._deps import version_of
+
+    return {n: version_of(n) or "unknown" for n in names}
+
+
+def _sanitize(name: str) -> str:
+    """A name TensorFlow accepts for an op/TensorSpec (``^[A-Za-z0-9.][A-Za-z0-9_.\\/>-]*$``)."""
+    out = re.sub(r"[^A-Za-z0-9_.\-/]", "_", name)
+    return out if out and out[0].isalnum() else f"x{out}"
+
+
+def _calib_arrays(job: ConvertJob, names: list[str], perms: dict[str, list[int]]) -> list[list[np.ndarray]]:
+    """Calibration feeds as lists in model-input order, transposed where the route changed layout.
+
+    Raises:
+        CalibrationError: no feeds, or a feed lacks an input / has the wrong shape.
+    """
+    if not job.calib:
+        raise CalibrationError("No calibration data for int8 TFLite conversion.",
+                               "Pass --calib with images or an .npz, or --calib random for a smoke test.")
+    out = []
+    for k, feed in enumerate(job.calib):
+        row = []
+        for name in names:
+            if name not in feed:
+                raise CalibrationError(f"Calibration sample {k} has no input '{name}' (has: {', '.join(feed)}).")
+            arr = np.asarray(feed[name], dtype=np.float32)
+            want = list(job.input_shapes[name])
+            if list(arr.shape) != want:
+                raise CalibrationError(f"Calibration sample {k} input '{name}' has shape {list(arr.shape)}, "
+                                       f"expected {want}.")
+            row.append(np.transpose(arr, perms[name]) if name in perms else arr)
+        out.append(row)
+    return out
+
+
+def _quantize_tf(job: ConvertJob, fn, arg_names: list[str], perms: dict[str, list[int]]) -> bytes:
+    """Trace ``fn`` at static shapes, freeze it, and quantize it with TFLiteConverter.
+
+    Args:
+        job: The job (profile, shapes, calibration).
+        fn: A Python callable taking the inputs positionally (source order) and returning a list
+            of outputs in source order.
+        arg_names: Source input names, in order.
+        perms: Layout permutations applied to inputs (shapes and calibration are transposed).
+    """
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    shapes = {n: ([job.input_shapes[n][i] for i in perms[n]] if n in perms else list(job.input_shapes[n]))
+              for n in arg_names}
+    specs = [tf.TensorSpec(shapes[n], tf.float32, name=_sanitize(n)) for n in arg_names]
+    concrete = tf.function(fn, input_signature=specs).get_concrete_function()
+    # Freezing turns variables into constants: the calibrator cannot read resource variables.
+    frozen = convert_variables_to_constants_v2(concrete)
+    conv = tf.lite.TFLiteConverter.from_concrete_functions([frozen])
+    q = job.profile.quantization
+    calib = _calib_arrays(job, arg_names, perms)
+    conv.optimizations = [tf.lite.Optimize.DEFAULT]
+    conv.representative_dataset = lambda: iter(calib)
+    strict = bool(job.profile.operators.supported)
+    ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    if not strict:
+        ops.append(tf.lite.OpsSet.TFLITE_BUILTINS)  # a CPU target may keep an odd op in float
+    conv.target_spec.supported_ops = ops
+    tf_dtypes = {"int8": tf.int8, "uint8": tf.uint8, "float32": tf.float32}
+    conv.inference_input_type = tf_dtypes[q.input_dtype]
+    conv.inference_output_type = tf_dtypes[q.output_dtype]
+    if q.weights == "per-tensor":
+        conv._experimental_disable_per_channel = True  # noqa: SLF001 - the only switch TF offers
+    try:
+        return conv.convert()
+    except Exception as exc:  # noqa: BLE001 - TF raises ConverterError, RuntimeError, ValueError...
+        raise ConversionError(f"TFLiteConverter could not make an int8 model for {job.profile.name}: "
+                              f"{_first_line(exc)}",
+                              "Ops named above have no int8 kernel; use the arm-cpu profile (float fallback) "
+                              "or replace them.") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    picked = [ln for ln in lines if "error" in ln.lower() or "op" in ln.lower()] or lines or [type(exc).__name__]
+    return picked[0][:400]
+
+
+def _outputs_in_order(result, names: list[str]) -> list:
+    """Order a signature's output dict like the source outputs (by name, else by key order)."""
+    if not isinstance(result, dict):
+        return list(result) if isinstance(result, (list, tuple)) else [result]
+    keys = list(result)
+    picked = []
+    for i, name in enumerate(names):
+        key = name if name in result else _sanitize(name) if _sanitize(name) in result else None
+        picked.append(result[key] if key is not None else result[sorted(keys)[i]])
+    return picked
+
+
+def _from_savedmodel_dir(job: ConvertJob, path: Path, perms: dict[str, list[int]] | None = None) -> bytes:
+    import tensorflow as tf
+
+    perms = perms or {}
+    try:
+        loaded = tf.saved_model.load(str(path))
+        sig = loaded.signatures["serving_default"]
+    except (KeyError, OSError, ValueError) as exc:
+        raise ConversionError(f"Cannot load SavedModel {path} with a 'serving_default' signature: "
+                              f"{_first_line(exc)}") from None
+    sig_keys = list(sig.structured_input_signature[1])
+    names = [s.name for s in job.source.inputs]
+    keymap = {}
+    for i, name in enumerate(names):
+        keymap[name] = name if name in sig_keys else _sanitize(name) if _sanitize(name) in sig_keys else sig_keys[i]
+    out_names = [s.name for s in job.source.outputs]
+
+    def fn(*args):
+        return _outputs_in_order(sig(**{keymap[n]: a for n, a in zip(names, args)}), out_names)
+
+    model = _quantize_tf(job, fn, names, perms)
+    del loaded  # keep the SavedModel's variables alive until the model is frozen and converted
+    return model
+
+
+@ROUTES.register("savedmodel")
+def _savedmodel(job: ConvertJob) -> Converted:
+    model = _from_savedmodel_dir(job, job.source.path)
+    return Converted(model, "savedmodel -> tf.function (static shapes) -> TFLiteConverter int8",
+                     _tool_versions("tensorflow"), {s.name: _sanitize(s.name) for s in job.source.inputs})
+
+
+@ROUTES.register("keras")
+def _keras(job: ConvertJob) -> Converted:
+    import tensorflow as tf
+
+    try:
+        km = tf.keras.models.load_model(str(job.source.path), compile=False)
+    except Exception as exc:  # noqa: BLE001 - Keras raises many types for a bad file
+        raise ConversionError(f"Cannot load Keras model {job.source.path}: {_first_line(exc)}") from None
+    names = [s.name for s in job.source.inputs]
+
+    def fn(*args):
+        out = km(list(args) if len(args) > 1 else args[0])
+        return list(out) if isinstance(out, (list, tuple)) else _outputs_in_order(out, [s.name for s in job.source.outputs])
+
+    model = _quantize_tf(job, fn, names, {})
+    return Converted(model, "keras -> tf.function (static shapes) -> TFLiteConverter int8",
+                     _tool_versions("tensorflow", "keras"), {n: _sanitize(n) for n in names})
+
+
+@ROUTES.register("onnx")
+def _onnx(job: ConvertJob) -> Converted:
+    from .onnx2tf_route import onnx_to_savedmodel
+
+    job.log("tflite-int8: onnx2tf (offline) -> SavedModel")
+    shapes = {s.name: list(job.input_shapes[s.name]) for s in job.source.inputs}
+    res = onnx_to_savedmodel(Path(job.source.path), shapes, job.calib, Path(job.scratch))
+    model = _from_savedmodel_dir(job, res.saved_model, res.input_perms)
+    tools = _tool_versions("onnx2tf", "tensorflow", "onnx")
+    return Converted(model, "onnx -> onnx2tf (SavedModel) -> tf.function (static shapes) -> TFLiteConverter int8",
+                     tools, {s.name: _sanitize(s.name) for s in job.source.inputs}, dict(res.input_perms))
+
+
+def _dtype_name(np_dtype) -> str:
+    return np.dtype(np_dtype).name
+
+
+def _io_specs(model: bytes, sources: list[TensorSpec], converted: Converted, kind: str) -> list[TensorSpec]:
+    """The artifact's tensor specs, read from the interpreter, named after the source tensors.
+
+    TFLite tensors are matched to source tensors by the (sanitised) name the route gave them,
+    else by position: the routes keep the source order.
+    """
+    from edge_sdk._deps import require
+
+    interp_mod = require("ai_edge_litert.interpreter", "reading the TFLite model", extra="litert")
+    interp = interp_mod.Interpreter(model_content=model)
+    details = interp.get_input_details() if kind == "inputs" else interp.get_output_details()
+    if len(details) != len(sources):
+        raise ConversionError(
+            f"The TFLite model has {len(details)} {kind} but the source model has {len(sources)}.",
+            "This is a converter bug for this model; try the onnx-qdq format meanwhile.",
+        )
+    by_name = {d["name"]: d for d in details}
+    specs = []
+    for i, src in enumerate(sources):
+        d = by_name.get(converted.tensor_names.get(src.name, src.name), details[i])
+        scale, zero = d["quantization"]
+        dtype = _dtype_name(d["dtype"])
+        quant = Quantization(scale=float(scale), zero_point=int(zero), dtype=dtype) if scale else None
+        perm = converted.input_perms.get(src.name) if kind == "inputs" else None
+        layout = "NHWC" if perm == [0, 2, 3, 1] else src.layout
+        specs.append(TensorSpec(name=src.name, shape=[int(x) for x in d["shape"]], dtype=dtype,
+                                quantization=quant, layout=layout))
+    return specs
+
+
+def _check_io_dtypes(specs: list[TensorSpec], want: str, kind: str) -> None:
+    for spec in specs:
+        if spec.dtype != want and not (want == "float32" and spec.dtype not in ("int8", "uint8")):
+            raise ConversionError(
+                f"Model {kind[:-1]} '{spec.name}' came out as {spec.dtype}, but the profile asks for {want}.",
+                "The converter could not honour the profile's I/O dtype for this model.",
+            )
+
+
+def _float_ops(model: bytes) -> list[str]:
+    """Ops that still compute in float (an op with a float32 input or output tensor)."""
+    from .edgetpu import precheck
+    from edge_sdk.profiles import OperatorSpec
+
+    report = precheck(model, OperatorSpec(allowed_dtypes=["int8", "uint8", "int32", "int16", "int64", "bool"]))
+    # QUANTIZE/DEQUANTIZE are the float<->int8 conversions at float model I/O, not float compute.
+    return [f"#{i.index} {i.op}" for i in report.issues
+            if i.op not in ("QUANTIZE", "DEQUANTIZE") and any("float" in r for r in i.reasons)]
+
+
+def _edgetpu_step(job: ConvertJob, model: bytes, model_path: Path, result: FormatResult) -> None:
+    """Pre-check, then compile if the compiler is here; fills ``result`` in place.
+
+    Raises:
+        ConversionError: the pre-check finds something the compiler cannot take at all.
+    """
+    from .edgetpu import compile_model, precheck
+
+    report = precheck(model, job.profile.operators)
+    result.backend_options["edgetpu_precheck"] = report.to_dict()
+    blocking = report.blocking
+    if blocking:
+        raise ConversionError(
+            f"The int8 model cannot run on the Edge TPU: {'; '.join(blocking[:5])}"
+            + (f" (and {len(blocking) - 5} more)" if len(blocking) > 5 else ""),
+            "Replace the named ops with ones that quantize to int8, or use the arm-cpu profile.",
+        )
+    for line in report.lines():
+        if not report.ok or line.startswith("about"):
+            result.warnings.append(f"Edge TPU pre-check: {line}")
+    compiled = compile_model(model_path, model_path.parent, job.profile.operators.compiler or "edgetpu_compiler")
+    result.backend_options["edgetpu"] = compiled.to_dict()
+    if compiled.compiled:
+        result.extra_files.append((compiled.compiled_model, "engine"))
+        result.extra_files.append((compiled.log_file, "log"))
+        result.tools["edgetpu_compiler"] = compiled.compiler_version
+    else:
+        result.warnings.append(f"{compiled.status}. To compile: {compiled.command}")
+
+
+def convert(job: ConvertJob) -> FormatResult:
+    """Convert ``job.source`` to a full-integer TFLite model for ``job.profile``.
+
+    Args:
+        job: The conversion job (static shapes, calibration feeds, staging folder).
+
+    Returns:
+        The artifact: ``model.tflite`` (plus the compiled Edge TPU model and its log when the
+        compiler is available), I/O specs with quantization params, route and tool versions.
+
+    Raises:
+        ConversionError: no route for the source format, the converter failed, float ops remain
+            where the profile allows integer ops only, or the Edge TPU pre-check blocks.
+        CalibrationError: the calibration feeds do not fit the model.
+    """
+    route: Callable[[ConvertJob], Converted] = ROUTES.get(job.source.format)
+    job.log(f"tflite-int8: {job.source.format} route for profile {job.profile.name}")
+    converted = route(job)
+    model = converted.model
+    strict_int = bool(job.profile.operators.supported or job.profile.operators.allowed_dtypes)
+    float_ops = _float_ops(model)
+    if float_ops and strict_int:
+        raise ConversionError(
+            f"Ops left in float after int8 quantization for {job.profile.name}: {', '.join(float_ops[:8])}.",
+            "This target runs integer ops only; replace these ops in the model, or use the arm-cpu profile.",
+        )
+    model_path = job.workdir / MODEL_FILE
+    atomic_write_bytes(model_path, model)
+    q = job.profile.quantization
+    inputs = _io_specs(model, job.source.inputs, converted, "inputs")
+    outputs = _io_specs(model, job.source.outputs, converted, "outputs")
+    _check_io_dtypes(inputs, q.input_dtype, "inputs")
+    _check_io_dtypes(outputs, q.output_dtype, "outputs")
+    result = FormatResult(
+        model_file=MODEL_FILE, inputs=inputs, outputs=outputs, precision="int8",
+        tools=dict(converted.tools), route=converted.route, warnings=list(converted.warnings),
+        backend_options={"weights": q.weights, "io_dtypes": [q.input_dtype, q.output_dtype]},
+    )
+    if float_ops:
+        result.warnings.append(f"Ops still computing in float (run by the CPU in float): {', '.join(float_ops)}")
+        result.backend_options["float_ops"] = float_ops
+    if converted.input_perms:
+        result.backend_options["input_transpose"] = converted.input_perms
+        for name, perm in converted.input_perms.items():
+            result.warnings.append(
+                f"Input '{name}' is {'NHWC' if perm == [0, 2, 3, 1] else perm} in the TFLite model (onnx2tf "
+                f"transposed it); feed it as {next(s.shape for s in inputs if s.name == name)}.")
+    if job.profile.operators.compiler:
+        _edgetpu_step(job, model, model_path, result)
+    return result
