@@ -178,3 +178,4 @@ def run() -> None:  # pragma: no cover - thin wrapper
 # Command modules register themselves on `cli` (each keeps its heavy imports inside the command).
 # Add new command modules here.
 from . import cli_bench  # noqa: E402,F401
+from . import cli_run  # noqa: E402,F401

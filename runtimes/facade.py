@@ -85,21 +85,22 @@ class Model:
         self.options = options
         self._runner = runner
         self._lock = None if runner.thread_safe else threading.Lock()
-        self._in: InputPlan = plan_inputs(manifest.inputs, runner.input_metadata, options.check_finite)
-        self._out: OutputPlan = plan_outputs(manifest.outputs, runner.output_metadata)
+        self._inputs, self._outputs = format_specs(manifest, selection.step.format)
+        self._in: InputPlan = plan_inputs(self._inputs, runner.input_metadata, options.check_finite)
+        self._out: OutputPlan = plan_outputs(self._outputs, runner.output_metadata)
         self.backend = f"{runner.backend}/{runner.delegate}"
         self._preprocess = None
 
     # -- what runs --------------------------------------------------------------------------
     @property
     def inputs(self) -> list[TensorSpec]:
-        """Input specs from the manifest (name, shape, dtype, quantization)."""
-        return list(self.manifest.inputs)
+        """Input specs from the manifest (name, shape, dtype, quantization) of the format that runs."""
+        return list(self._inputs)
 
     @property
     def outputs(self) -> list[TensorSpec]:
-        """Output specs from the manifest."""
-        return list(self.manifest.outputs)
+        """Output specs from the manifest, of the format that runs."""
+        return list(self._outputs)
 
     @property
     def profile(self) -> str:
@@ -169,7 +170,7 @@ class Model:
         """Apply exactly the preprocessing recorded in the manifest to one image.
 
         Args:
-            image: A path, bytes or a PIL image.
+            image: A path, bytes, a PIL image, or a decoded ``HxWxC`` / ``HxW`` uint8 array.
 
         Returns:
             The model input array (batch of one), float as calibrated.
@@ -185,9 +186,11 @@ class Model:
                 raise InputValidationError("This artifact records no image preprocessing.",
                                            "Pass arrays to infer(), or convert with --preprocess so the device can repeat it.")
             parsed = pp.from_dict(spec, where="manifest preprocessing")
-            target = next((t for t in self.manifest.inputs if t.name == parsed.input), self.manifest.inputs[0])
+            target = next((t for t in self._inputs if t.name == parsed.input), self._inputs[0])
             self._preprocess = (pp, parsed.with_size_from_shape(list(target.shape)), target.name)
         pp, spec, _ = self._preprocess
+        if isinstance(image, np.ndarray):
+            image = _array_to_pil(image)
         return pp.apply(image, spec)
 
     def infer_image(self, image: Any) -> InferenceResult:
@@ -195,7 +198,7 @@ class Model:
         t0 = _perf()
         x = self.preprocess(image)
         t1 = _perf()
-        result = self.infer({self._preprocess[2]: x} if len(self.manifest.inputs) > 1 else x)
+        result = self.infer({self._preprocess[2]: x} if len(self._inputs) > 1 else x)
         result.timings["preprocess"] = (t1 - t0) * 1e3
         result.timings["total"] += (t1 - t0) * 1e3
         return result
@@ -213,6 +216,44 @@ class Model:
 
     def __repr__(self) -> str:
         return f"<edge_sdk.Model {self.profile} on {self.backend}{' (fallback)' if self.fallback else ''}>"
+
+
+def _array_to_pil(arr: np.ndarray):
+    """A decoded image array (uint8 ``HxW``, ``HxWx3`` RGB or ``HxWx4``) as a PIL image.
+
+    Raises:
+        InputValidationError: not a uint8 image array.
+    """
+    from PIL import Image
+
+    if arr.dtype != np.uint8 or arr.ndim not in (2, 3) or (arr.ndim == 3 and arr.shape[2] not in (1, 3, 4)):
+        raise InputValidationError(f"preprocess() got an array {arr.dtype} {list(arr.shape)}; expected a uint8 HxW or HxWxC image.",
+                                   "Pass the image file path, its bytes, a PIL image, or a decoded uint8 array.")
+    return Image.fromarray(arr[:, :, 0] if arr.ndim == 3 and arr.shape[2] == 1 else arr)
+
+
+def format_specs(manifest: Manifest, fmt: str) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """The I/O specs of one artifact format.
+
+    The manifest's ``inputs``/``outputs`` are the artifact's contract. When the formats of one
+    profile differ at their boundary (e.g. an NHWC TFLite beside an NCHW ONNX), the converter
+    records the differing format under ``backend_options["io"][format] = {"inputs": [...],
+    "outputs": [...]}`` (TensorSpec dicts), which then applies to that format.
+
+    Raises:
+        ManifestError: a per-format entry is malformed.
+    """
+    io = (manifest.backend_options.get("io") or {}).get(fmt)
+    if not io:
+        return list(manifest.inputs), list(manifest.outputs)
+    from edge_sdk import typed
+    from edge_sdk.errors import ManifestError
+
+    where = f"manifest backend_options.io.{fmt}"
+    if not isinstance(io, dict) or not io.get("inputs") or not io.get("outputs"):
+        raise ManifestError(f"{where}: expected a table with 'inputs' and 'outputs'.")
+    parse = lambda items, kind: [typed.parse(TensorSpec, d, where=f"{where}.{kind}", error=ManifestError) for d in items]  # noqa: E731
+    return parse(io["inputs"], "inputs"), parse(io["outputs"], "outputs")
 
 
 def load(path: str | Path, *, profile: str | None = None, backend: str | None = None, device: str | None = None,

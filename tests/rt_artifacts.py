@@ -191,3 +191,30 @@ def build_tflite_family(work: Path, root: Path, qdq_onnx: Path) -> dict[str, Pat
     out["arm-cpu"] = write_artifact(root / "arm-cpu", "arm-cpu", [(f_io, "model.tflite", "tflite-int8", "model"),
                                                                   (qdq_onnx, "model.onnx", "onnx-qdq", "model")], fi, fo)
     return out
+
+
+# --------------------------------------------------------------------- session-wide builds
+_BUILT: dict[str, dict[str, Path]] = {}
+
+
+def onnx_artifacts(tmp_path_factory) -> dict[str, Path]:
+    """Build the ONNX/OpenVINO artifacts once per test session (shared by every runtime test module)."""
+    if "onnx" not in _BUILT:
+        base = tmp_path_factory.mktemp("rt_onnx")
+        _BUILT["onnx"] = build_onnx_family(base / "work", base / "artifacts")
+    return _BUILT["onnx"]
+
+
+def tflite_artifacts(tmp_path_factory) -> dict[str, Path]:
+    """Build the TFLite artifacts (TensorFlow) once per test session; includes the ONNX ones."""
+    if "tflite" not in _BUILT:
+        onnx = onnx_artifacts(tmp_path_factory)
+        base = tmp_path_factory.mktemp("rt_tflite")
+        _BUILT["tflite"] = {**onnx, **build_tflite_family(base / "work", base / "artifacts", onnx["qdq_onnx"])}
+    return _BUILT["tflite"]
+
+
+def copy_artifact(src: Path, dst: Path) -> Path:
+    """A private copy of an artifact folder that a test may damage."""
+    shutil.copytree(src, dst)
+    return dst

@@ -1,0 +1,107 @@
+"""``edge-sdk run``: load an artifact through the runtime facade and run one input.
+
+Thin: the options become arguments of :func:`edge_sdk.load`; the input file becomes
+``model.infer`` (``.npy`` / ``.npz``) or ``model.infer_image`` (any image Pillow reads). Prints
+an output summary (top-k for class scores), timings, backend and delegate, and says plainly
+when the run fell back from the profile's accelerator. Exit codes are decided in
+:func:`edge_sdk.cli.main`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import click
+
+from .cli import cli, emit_json
+from .errors import InputValidationError
+
+
+def read_input(path: Path, input_names: list[str]):
+    """``.npy`` -> one array; ``.npz`` -> {name: array}; anything else -> None (an image).
+
+    Raises:
+        InputValidationError: unreadable file, or ``.npz`` names that match no input.
+    """
+    import numpy as np
+
+    suffix = path.suffix.lower()
+    if suffix not in (".npy", ".npz"):
+        return None
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise InputValidationError(f"Cannot read {path}: {exc}", "Pass a .npy/.npz written by numpy, or an image.") from None
+    if suffix == ".npy":
+        return loaded
+    with loaded:
+        arrays = {k: loaded[k] for k in loaded.files}
+    if len(arrays) == 1 and len(input_names) == 1 and input_names[0] not in arrays:
+        return next(iter(arrays.values()))  # np.savez(file, x) names it arr_0
+    return arrays
+
+
+def summarize(name: str, arr, top_k: int) -> dict:
+    """Shape, dtype, range and, for a class-score vector, the top-k classes."""
+    import numpy as np
+
+    a = np.asarray(arr)
+    info = {"name": name, "shape": list(a.shape), "dtype": str(a.dtype)}
+    if a.size:
+        info.update(min=float(a.min()), max=float(a.max()), mean=float(a.astype(np.float64).mean()))
+    flat = a.reshape(-1) if a.ndim == 1 or (a.ndim == 2 and a.shape[0] == 1) else None
+    if flat is not None and flat.size > 1 and top_k > 0:
+        idx = np.argsort(-flat.astype(np.float64), kind="stable")[:top_k]
+        info["top_k"] = [{"index": int(i), "score": float(flat[i])} for i in idx]
+    return info
+
+
+@cli.command()
+@click.argument("artifact", type=click.Path())
+@click.option("--input", "input_path", required=True, type=click.Path(dir_okay=False),
+              help="An image (preprocessed as recorded in the manifest), a .npy, or a .npz of named inputs.")
+@click.option("--profile", default=None, help="Profile to run from a multi-profile convert output folder.")
+@click.option("--backend", default=None, help="Run this backend (litert, onnxruntime, openvino, tensorrt); no fallback.")
+@click.option("--device", default=None, help="Run this delegate / execution provider / OpenVINO device; no fallback.")
+@click.option("--strict", is_flag=True, help="Fail (exit 5) instead of falling back from the profile's accelerator.")
+@click.option("--threads", type=int, default=None, help="CPU threads for the runtime.")
+@click.option("--top-k", type=int, default=5, show_default=True, help="Classes to show for class-score outputs.")
+@click.option("--raw", is_flag=True, help="Pass int8/uint8 tensors through without (de)quantizing.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def run(artifact: str, input_path: str, profile: str | None, backend: str | None, device: str | None,
+        strict: bool, threads: int | None, top_k: int, raw: bool, as_json: bool) -> None:
+    """Run ARTIFACT once on --input and show outputs, timings, backend and delegate."""
+    from .runtimes.facade import load
+
+    path = Path(input_path)
+    if not path.is_file():
+        raise InputValidationError(f"Input file not found: {path}", "Pass an image, a .npy or a .npz file.")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = load(artifact, profile=profile, backend=backend, device=device, strict=strict, num_threads=threads)
+    with model:
+        feed = read_input(path, [t.name for t in model.inputs])
+        result = model.infer_image(path) if feed is None else model.infer(feed, raw=raw)
+        report = {
+            "artifact": artifact, "input": str(path), "profile": result.profile, "backend": result.backend,
+            "delegate": result.delegate, "fallback": result.fallback, "skipped": list(model.selection.skipped),
+            "notes": list(model.selection.notes), "details": model.details, "model_sha256": result.model_sha256,
+            "timings_ms": {k: round(v, 4) for k, v in result.timings.items()},
+            "outputs": [summarize(n, a, top_k) for n, a in result.outputs.items()],
+        }
+    if as_json:
+        emit_json(report)
+        return
+    for w in caught:
+        click.echo(f"warning: {w.message}", err=True)
+    for note in report["notes"]:
+        click.echo(f"note: {note}", err=True)
+    ran = f"{report['backend']} (delegate: {report['delegate']})"
+    click.echo(f"profile {report['profile']} ran on {ran}" + ("  [FALLBACK]" if report["fallback"] else ""))
+    for out in report["outputs"]:
+        click.echo(f"output {out['name']}: {out['dtype']} {out['shape']}"
+                   + (f" min {out['min']:.4g} max {out['max']:.4g} mean {out['mean']:.4g}" if "min" in out else ""))
+        for rank, item in enumerate(out.get("top_k", []), 1):
+            click.echo(f"  #{rank}: class {item['index']}  score {item['score']:.4g}")
+    click.echo("timings (ms): " + ", ".join(f"{k} {v:.3f}" for k, v in report["timings_ms"].items()))
