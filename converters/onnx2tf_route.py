@@ -145,6 +145,7 @@ def onnx_to_savedmodel(
     calib: list[dict],
     scratch: Path,
     timeout_s: int = 1800,
+    keep_layout: bool = True,
 ) -> Onnx2TfResult:
     """Convert an ONNX model to a SavedModel with onnx2tf in a child process, offline.
 
@@ -156,6 +157,9 @@ def onnx_to_savedmodel(
             downloads its own.
         scratch: Private folder for the SavedModel, the log and onnx2tf's files.
         timeout_s: Give up after this long.
+        keep_layout: Keep NCHW image inputs NCHW (onnx2tf puts a TRANSPOSE inside the model,
+            which quantizes to int8 and runs on the Edge TPU) so that the artifact takes what the
+            source took; False lets onnx2tf expose NHWC inputs (reported in ``input_perms``).
 
     Returns:
         Where the SavedModel is and how the inputs were transposed.
@@ -179,6 +183,8 @@ def onnx_to_savedmodel(
         "output_folder_path": str(out),
         "overwrite_input_shape": [f"{n}:{','.join(str(d) for d in s)}" for n, s in input_shapes.items()],
     }
+    if keep_layout:
+        args["keep_ncw_or_nchw_or_ncdhw_input_names"] = [n for n, s in input_shapes.items() if len(s) in (3, 4, 5)]
     (work / "args.json").write_text(json.dumps(args), encoding="utf-8")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="-1", PYTHONUNBUFFERED="1")
     try:

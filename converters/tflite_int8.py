@@ -214,14 +214,44 @@ def _keras(job: ConvertJob) -> Converted:
 
 @ROUTES.register("onnx")
 def _onnx(job: ConvertJob) -> Converted:
+    return _via_onnx(job, Path(job.source.path), "onnx")
+
+
+@ROUTES.register("tflite")
+def _tflite(job: ConvertJob) -> Converted:
+    """Float TFLite: through the pipeline's static float ONNX of it, then as an ONNX source.
+
+    Why not ai-edge-quantizer (installed, 0.1.0): its static int8 recipe quantizes the model's
+    I/O tensors to int8 with no QUANTIZE/DEQUANTIZE boundary ops, so it gives neither the float
+    I/O of arm-cpu nor the uint8 I/O of the Edge TPU, and LiteRT's model-interface tool only
+    rewrites boundaries that have those ops. TFLiteConverter is what both targets are validated
+    with, so the float TFLite goes back to a graph it can take (tf2onnx -> onnx2tf); the
+    accuracy gate then measures the whole chain against the original float TFLite.
+    """
+    if job.static_onnx is None:
+        raise ConversionError(
+            f"Float TFLite {Path(job.source.path).name}: the int8 route needs the pipeline's static ONNX "
+            "form of the model (ConvertJob.static_onnx), and this job has none.",
+            "Convert through edge_sdk.convert() / `edge-sdk convert`, or start from the Keras, SavedModel "
+            "or ONNX form of the model.")
+    converted = _via_onnx(job, Path(job.static_onnx), "tflite -> tf2onnx (static ONNX)")
+    converted.tools.update(_tool_versions("tf2onnx"))
+    return converted
+
+
+def _via_onnx(job: ConvertJob, onnx_path: Path, origin: str) -> Converted:
     from .onnx2tf_route import onnx_to_savedmodel
 
     job.log("tflite-int8: onnx2tf (offline) -> SavedModel")
     shapes = {s.name: list(job.input_shapes[s.name]) for s in job.source.inputs}
-    res = onnx_to_savedmodel(Path(job.source.path), shapes, job.calib, Path(job.scratch))
+    layout = job.options.get("tflite_input_layout", "source")
+    if layout not in ("source", "nhwc"):
+        raise ConversionError(f"Option tflite_input_layout must be 'source' or 'nhwc', got {layout!r}.")
+    res = onnx_to_savedmodel(onnx_path, shapes, job.calib, Path(job.scratch),
+                             keep_layout=layout == "source")
     model = _from_savedmodel_dir(job, res.saved_model, res.input_perms)
     tools = _tool_versions("onnx2tf", "tensorflow", "onnx")
-    return Converted(model, "onnx -> onnx2tf (SavedModel) -> tf.function (static shapes) -> TFLiteConverter int8",
+    return Converted(model, f"{origin} -> onnx2tf (SavedModel) -> tf.function (static shapes) -> TFLiteConverter int8",
                      tools, {s.name: _sanitize(s.name) for s in job.source.inputs}, dict(res.input_perms))
 
 
