@@ -52,6 +52,7 @@ class BenchResult:
     power: dict[str, Any]
     inference_ms: dict[str, float] | None = None
     end_to_end: bool = False
+    fallback: bool = False
     wall_s: float = 0.0
     cpu_utilization: float = 0.0
     rss_after_load_mb: float | None = None
@@ -108,7 +109,7 @@ def _fmt(value: Any, digits: int = 3) -> str:
 
 #: Markdown rows: label -> (dotted key in a result dict, lower-is-better). Ratios use these.
 ROWS: list[tuple[str, str, bool]] = [
-    ("backend / delegate", "_backend", True),
+    ("backend/delegate", "_backend", True),
     ("precision", "precision", True),
     ("threads", "threads", True),
     ("load (ms)", "load_ms", True),
@@ -132,7 +133,7 @@ def _cell(r: dict[str, Any], key: str) -> tuple[str, float | None]:
     from .gates import lookup
 
     if key == "_backend":
-        return f"{r.get('backend') or '?'} / {r.get('delegate') or '-'}", None
+        return f"{r.get('backend') or '?'}" + (" (fallback)" if r.get("fallback") else ""), None
     if key == "_meanstd":
         lat = r["latency_ms"]
         return f"{_fmt(lat['mean'])} ± {_fmt(lat['std'])}", lat["mean"]
@@ -142,10 +143,13 @@ def _cell(r: dict[str, Any], key: str) -> tuple[str, float | None]:
     if key == "_power":
         p = r["power"]
         if not p.get("available"):
-            return f"n/a ({p.get('reason') or 'no sensor'})" if len(p.get("reason") or "") < 60 else "n/a (see JSON)", None
+            reason = p.get("reason") or "no sensor"
+            return "n/a (" + (reason.split(" (")[0] if len(reason) > 60 else reason) + ")", None
         idle = f", idle {_fmt(p['idle_w'])}" if p.get("idle_w") is not None else ""
         return f"{_fmt(p['avg_w'])} ({p['source']}{idle})", p["avg_w"]
     value = lookup(r, key)
+    if key == "threads" and value is None:
+        return "runtime default", None
     return _fmt(value), value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 

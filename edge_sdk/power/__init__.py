@@ -165,6 +165,9 @@ class PowerMonitor:
         block.update(available=True, reason=None, avg_w=win.avg_w, energy_j=win.joules, samples=win.samples,
                      energy_per_inference_mj=win.joules * 1000.0 / max(inferences, 1),
                      series=[[round(t, 6), round(w, 6)] for t, w in win.series], counter_wraps=win.wraps)
+        if win.samples < 10:
+            block["warning"] = (f"only {win.samples} power samples in a {win.seconds:.3g} s window: "
+                                "use --duration for a longer run (energy is still integrated over the exact window)")
         if self.idle_w is not None:
             above = win.avg_w - self.idle_w
             block["above_idle_w"] = above
