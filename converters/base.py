@@ -56,6 +56,10 @@ class ConvertJob:
         scratch: A private temporary folder for intermediates.
         log: Progress callback (one line per stage).
         options: Format-specific options from the Python API (e.g. an NNCF validation function).
+        static_onnx: The source as a float ONNX file with every input and output shape fixed to
+            ``input_shapes`` (made by the pipeline for every source format; ONNX sources are
+            copied and fixed, TF/TFLite sources go through tf2onnx). Tensor names match
+            ``source.inputs``/``source.outputs``. None only for jobs built by hand.
     """
 
     source: SourceModel
@@ -69,6 +73,7 @@ class ConvertJob:
     scratch: Path
     log: Callable[[str], None] = print
     options: dict[str, Any] = field(default_factory=dict)
+    static_onnx: Path | None = None
 
 
 @dataclass

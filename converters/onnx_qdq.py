@@ -1,0 +1,192 @@
+"""int8 ONNX in QDQ form (Jetson/TensorRT, ONNX Runtime on ARM).
+
+Steps: upgrade the opset where quantization needs it (per-channel ``DequantizeLinear`` with an
+``axis`` needs opset >= 13; ONNX Runtime writes an invalid model otherwise), ONNX Runtime's
+quantization pre-processing (shape inference + graph optimisation), then ``quantize_static``
+in QDQ format with per-channel int8 weights and the profile's activation type and symmetry.
+TensorRT only accepts symmetric int8 (zero point 0): its profile sets ``activation_symmetric``.
+The TensorRT engine itself is built on the device (engines do not travel across TensorRT
+releases); the manifest records how. Where ``tensorrt`` imports here, the engine is built too.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from edge_sdk._deps import require, version_of
+from edge_sdk.errors import ConversionError
+from edge_sdk.manifest import TensorSpec
+
+from .base import ConvertJob, FormatResult
+
+MODEL_FILE = "model.onnx"
+#: Lowest opset for per-channel QDQ (DequantizeLinear ``axis``).
+MIN_QDQ_OPSET = 13
+ENGINE_FILE = "model.engine"
+
+
+class _Reader:
+    """ONNX Runtime CalibrationDataReader over our feeds (defined lazily: ORT is optional)."""
+
+    def __init__(self, feeds):
+        self._it = iter(feeds)
+
+    def get_next(self):
+        return next(self._it, None)
+
+
+def _upgrade_opset(model, target: int, log) -> tuple[object, int, int]:
+    onnx = require("onnx", "int8 ONNX conversion")
+    current = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if current >= target:
+        return model, current, current
+    log(f"upgrading opset {current} -> {target}")
+    try:
+        upgraded = onnx.version_converter.convert_version(model, target)
+        onnx.checker.check_model(upgraded)
+    except Exception as exc:  # noqa: BLE001 - the version converter raises plain RuntimeErrors
+        raise ConversionError(f"Cannot upgrade the ONNX opset from {current} to {target}: {str(exc)[:200]}",
+                              "Export the model at opset >= 13 yourself.") from None
+    return upgraded, current, target
+
+
+def _tensor_specs(model, quant_dtype: str | None = None) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    onnx = require("onnx", "int8 ONNX conversion")
+    inits = {i.name for i in model.graph.initializer}
+
+    def spec(vi) -> TensorSpec:
+        tt = vi.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim]
+        if any(d < 1 for d in dims):
+            raise ConversionError(f"Tensor '{vi.name}' of the int8 ONNX is not static: {dims}.")
+        return TensorSpec(vi.name, dims, np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)).name)
+
+    return ([spec(v) for v in model.graph.input if v.name not in inits], [spec(v) for v in model.graph.output])
+
+
+def int8_evidence(model) -> dict[str, int]:
+    """Count the QDQ nodes and int8 initializers: proof the graph is really quantized."""
+    from onnx import TensorProto
+
+    ops = [n.op_type for n in model.graph.node]
+    return {"QuantizeLinear": ops.count("QuantizeLinear"), "DequantizeLinear": ops.count("DequantizeLinear"),
+            "int8_initializers": sum(1 for i in model.graph.initializer if i.data_type in (TensorProto.INT8, TensorProto.UINT8))}
+
+
+def _tensorrt(job: ConvertJob, result: FormatResult) -> None:
+    """Record how the device builds the engine; build it here when TensorRT imports."""
+    if not any(s.backend == "tensorrt" or "Tensorrt" in s.accelerator for s in job.profile.runtime.chain):
+        return
+    result.backend_options["tensorrt"] = {
+        "build_on_device": True,
+        "trtexec": f"trtexec --onnx={MODEL_FILE} --int8 --saveEngine={ENGINE_FILE}",
+        "python": ("builder = trt.Builder(logger); network = builder.create_network(0); "
+                   f"trt.OnnxParser(network, logger).parse(open('{MODEL_FILE}','rb').read()); "
+                   "config = builder.create_builder_config(); config.set_flag(trt.BuilderFlag.INT8); "
+                   "engine = builder.build_serialized_network(network, config)"),
+        "note": "QDQ nodes carry the int8 scales: no TensorRT calibrator is needed. Engines are tied to the "
+                "TensorRT version and GPU they were built with.",
+    }
+    try:
+        trt = require("tensorrt", "building the TensorRT engine")
+    except Exception:  # noqa: BLE001 - absent on a workstation without NVIDIA's wheels
+        result.warnings.append("tensorrt is not importable here: no engine was built; it is built on the device "
+                               f"from {MODEL_FILE} (see backend_options.tensorrt)")
+        return
+    logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+    network = builder.create_network(0)
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse((job.workdir / MODEL_FILE).read_bytes()):
+        raise ConversionError("TensorRT could not parse the int8 ONNX: " + str(parser.get_error(0)))
+    config = builder.create_builder_config()
+    config.set_flag(trt.BuilderFlag.INT8)
+    engine = builder.build_serialized_network(network, config)
+    if engine is None:
+        raise ConversionError("TensorRT could not build an engine from the int8 ONNX.")
+    (job.workdir / ENGINE_FILE).write_bytes(bytes(engine))
+    result.extra_files.append((ENGINE_FILE, "engine"))
+    info = {"tensorrt_version": trt.__version__}
+    try:
+        from cuda import cudart  # type: ignore
+
+        _, major = cudart.cudaDeviceGetAttribute(cudart.cudaDeviceAttr.cudaDevAttrComputeCapabilityMajor, 0)
+        _, minor = cudart.cudaDeviceGetAttribute(cudart.cudaDeviceAttr.cudaDevAttrComputeCapabilityMinor, 0)
+        info["compute_capability"] = f"{major}.{minor}"
+    except Exception:  # noqa: BLE001
+        result.warnings.append("GPU compute capability unknown (cuda-python not importable)")
+    result.backend_options["tensorrt"].update(info)
+    result.tools["tensorrt"] = trt.__version__
+
+
+def convert(job: ConvertJob) -> FormatResult:
+    """Quantize ``job.static_onnx`` to int8 QDQ ONNX in ``job.workdir/model.onnx``.
+
+    Raises:
+        ConversionError: opset upgrade, pre-processing or quantization failed, or the result is
+            not int8 / not static.
+    """
+    onnx = require("onnx", "int8 ONNX conversion")
+    ort = require("onnxruntime", "int8 ONNX conversion")
+    q = require("onnxruntime.quantization", "int8 ONNX conversion")
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    if job.static_onnx is None:
+        raise ConversionError("onnx-qdq needs the static float ONNX form of the source (job.static_onnx).")
+    spec = job.profile.quantization
+    per_channel = spec.weights == "per-channel"
+    target = max(job.profile.artifact.opset, MIN_QDQ_OPSET if per_channel else 10)
+    model, opset_from, opset_to = _upgrade_opset(onnx.load(str(job.static_onnx)), target, job.log)
+    upgraded = job.scratch / "qdq_upgraded.onnx"
+    onnx.save(model, str(upgraded))
+    prepped = job.scratch / "qdq_prepped.onnx"
+    job.log("ONNX Runtime quantization pre-processing")
+    try:
+        quant_pre_process(str(upgraded), str(prepped), skip_symbolic_shape=False)
+    except Exception as exc:  # noqa: BLE001 - symbolic shape inference fails on some graphs; retry without
+        job.log(f"pre-processing with symbolic shapes failed ({str(exc)[:80]}); retrying without")
+        try:
+            quant_pre_process(str(upgraded), str(prepped), skip_symbolic_shape=True)
+        except Exception:  # noqa: BLE001
+            shutil.copy2(upgraded, prepped)
+    types = {"int8": q.QuantType.QInt8, "uint8": q.QuantType.QUInt8}
+    methods = {"minmax": q.CalibrationMethod.MinMax, "entropy": q.CalibrationMethod.Entropy,
+               "percentile": q.CalibrationMethod.Percentile}
+    out = job.workdir / MODEL_FILE
+    job.log(f"quantize_static QDQ ({len(job.calib)} samples, {spec.calibration_method}, per_channel={per_channel}, "
+            f"activations {spec.activation_dtype}{' symmetric' if spec.activation_symmetric else ''})")
+    try:
+        q.quantize_static(
+            str(prepped), str(out), _Reader(job.calib), quant_format=q.QuantFormat.QDQ, per_channel=per_channel,
+            activation_type=types[spec.activation_dtype], weight_type=types[spec.weight_dtype],
+            calibrate_method=methods[spec.calibration_method],
+            extra_options={"ActivationSymmetric": spec.activation_symmetric, "WeightSymmetric": True},
+        )
+        qmodel = onnx.load(str(out))
+        onnx.checker.check_model(qmodel)
+    except ConversionError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - ORT quantization raises many types
+        raise ConversionError(f"ONNX Runtime quantization failed: {str(exc)[:300]}",
+                              "Check that the model runs in ONNX Runtime at the given input shapes.") from None
+    evidence = int8_evidence(qmodel)
+    if not evidence["QuantizeLinear"] or not evidence["int8_initializers"]:
+        raise ConversionError(f"Quantization produced no int8 tensors ({evidence}).",
+                              "The model may contain no quantizable ops (Conv, MatMul, Gemm...).")
+    inputs, outputs = _tensor_specs(onnx.shape_inference.infer_shapes(qmodel))
+    result = FormatResult(
+        model_file=MODEL_FILE, inputs=inputs, outputs=outputs, precision="int8",
+        tools={"onnx": onnx.__version__, "onnxruntime": ort.__version__, "tf2onnx": version_of("tf2onnx") or ""},
+        route=f"{job.source.format} -> static ONNX -> opset {opset_from}->{opset_to} -> quant_pre_process -> quantize_static(QDQ)",
+        backend_options={"onnx_qdq": {"opset": opset_to, "opset_source": opset_from, "per_channel": per_channel,
+                                      "activation_dtype": spec.activation_dtype,
+                                      "activation_symmetric": spec.activation_symmetric,
+                                      "calibration_method": spec.calibration_method, "int8_evidence": evidence}},
+    )
+    if not result.tools["tf2onnx"] or job.source.format == "onnx":
+        result.tools.pop("tf2onnx")
+    _tensorrt(job, result)
+    return result

@@ -1,0 +1,116 @@
+"""OpenVINO IR int8 (Intel CPU, Intel NPU) via ``openvino.convert_model`` and NNCF.
+
+Steps: ``convert_model`` (ONNX and TFLite sources are read directly; Keras/SavedModel go
+through their static ONNX form so tensor names stay the source's), ``reshape`` to the static
+shapes, then ``nncf.quantize`` over the calibration feeds with ``subset_size`` set to the real
+count (NNCF's default of 300 would silently cap a bigger set and overstate a smaller one).
+A ``validation_fn`` in ``job.options`` switches to NNCF's accuracy-controlled quantization.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+from edge_sdk._deps import require
+from edge_sdk.errors import ConversionError
+from edge_sdk.manifest import TensorSpec
+
+from .base import ConvertJob, FormatResult
+
+XML_FILE = "model.xml"
+BIN_FILE = "model.bin"
+_OV_DTYPES = {"f32": "float32", "f16": "float16", "i8": "int8", "u8": "uint8", "i32": "int32", "i64": "int64",
+              "boolean": "bool"}
+
+
+def _read(job: ConvertJob):
+    ov = require("openvino", "OpenVINO IR conversion")
+    # OpenVINO reads ONNX and TFLite files itself; TF sources use the tf2onnx form so that input
+    # and output names match the float reference one to one.
+    src = job.source.path if job.source.format in ("onnx", "tflite") else job.static_onnx
+    if src is None:
+        raise ConversionError("openvino-ir needs the static float ONNX form of a TF source (job.static_onnx).")
+    try:
+        model = ov.convert_model(str(src))
+        model.reshape({name: ov.PartialShape(shape) for name, shape in job.input_shapes.items()})
+    except Exception as exc:  # noqa: BLE001 - OpenVINO raises C++ exceptions as RuntimeError subclasses
+        raise ConversionError(f"OpenVINO could not convert {Path(src).name}: {str(exc).strip().splitlines()[0][:300]}",
+                              "An op may be unsupported by OpenVINO's frontend.") from None
+    return model, str(src)
+
+
+def _specs(model) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    def spec(port, kind: str) -> TensorSpec:
+        ps = port.get_partial_shape()
+        if not ps.is_static:
+            raise ConversionError(f"OpenVINO {kind} '{port.get_any_name()}' is not static after reshape: {ps}.",
+                                  "Pass --input-shape for every dynamic dim.")
+        return TensorSpec(port.get_any_name(), [int(d) for d in ps.to_shape()],
+                          _OV_DTYPES.get(port.get_element_type().get_type_name(), "float32"))
+
+    return [spec(p, "input") for p in model.inputs], [spec(p, "output") for p in model.outputs]
+
+
+def int8_evidence(model) -> dict[str, int]:
+    """Count FakeQuantize ops and int8/uint8 constants in the quantized graph."""
+    ops = list(model.get_ops())
+    fq = sum(1 for op in ops if op.get_type_name() == "FakeQuantize")
+    low = sum(1 for op in ops if op.get_type_name() == "Constant"
+              and op.get_output_element_type(0).get_type_name() in ("i8", "u8"))
+    return {"FakeQuantize": fq, "int8_constants": low}
+
+
+def convert(job: ConvertJob) -> FormatResult:
+    """Convert and quantize the source to an int8 OpenVINO IR in ``job.workdir``.
+
+    Raises:
+        ConversionError: conversion, reshape or quantization failed, or the result is not int8.
+    """
+    ov = require("openvino", "OpenVINO IR conversion")
+    nncf = require("nncf", "OpenVINO int8 quantization")
+    model, read_from = _read(job)
+    spec = job.profile.quantization
+    names = [p.get_any_name() for p in model.inputs]
+    # NNCF feeds each item to the model as-is: a dict keyed by input name works for any input count.
+    calib = nncf.Dataset([{n: feed[n] for n in names} for feed in job.calib])
+    preset = nncf.QuantizationPreset.PERFORMANCE if spec.activation_symmetric else nncf.QuantizationPreset.MIXED
+    devices = {"NPU": nncf.TargetDevice.NPU, "CPU": nncf.TargetDevice.CPU}
+    native = next((s.accelerator for s in job.profile.runtime.chain if s.format == "openvino-ir" and s.native), "CPU")
+    target = devices.get(native, nncf.TargetDevice.ANY)
+    validation_fn = job.options.get("validation_fn")
+    n = len(job.calib)
+    try:
+        if validation_fn is not None:
+            job.log(f"nncf.quantize_with_accuracy_control ({n} samples, target {target.value})")
+            valid = nncf.Dataset([{k: feed[k] for k in names} for feed in job.holdout])
+            qmodel = nncf.quantize_with_accuracy_control(
+                model, calib, valid, validation_fn, max_drop=float(job.options.get("max_drop", 0.01)),
+                preset=preset, target_device=target, subset_size=n)
+            mode = "accuracy-control"
+        else:
+            job.log(f"nncf.quantize ({n} samples, subset_size={n}, target {target.value}, preset {preset.value})")
+            qmodel = nncf.quantize(model, calib, preset=preset, target_device=target, subset_size=n)
+            mode = "post-training"
+    except Exception as exc:  # noqa: BLE001 - NNCF raises many types
+        raise ConversionError(f"NNCF quantization failed: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__}",
+                              "Check the calibration data against the model's inputs.") from None
+    evidence = int8_evidence(qmodel)
+    if not evidence["FakeQuantize"]:
+        raise ConversionError(f"NNCF inserted no int8 quantizers ({evidence}).",
+                              "The model may contain no quantizable ops (Convolution, MatMul...).")
+    inputs, outputs = _specs(qmodel)
+    ov.save_model(qmodel, str(job.workdir / XML_FILE), compress_to_fp16=False)
+    saved = ov.Core().read_model(str(job.workdir / XML_FILE))
+    evidence_saved = int8_evidence(saved)
+    return FormatResult(
+        model_file=XML_FILE, inputs=inputs, outputs=outputs, extra_files=[(BIN_FILE, "weights")], precision="int8",
+        tools={"openvino": ov.get_version(), "nncf": nncf.__version__},
+        route=f"{job.source.format} -> openvino.convert_model({Path(read_from).suffix or 'dir'}) -> reshape static -> nncf {mode}",
+        backend_options={"openvino": {"nncf_mode": mode, "nncf_subset_size": n, "nncf_preset": preset.value,
+                                      "nncf_target_device": target.value, "int8_evidence": evidence_saved,
+                                      "weights_compressed_to_fp16": False}},
+    )
+
+
+__all__ = ["convert", "int8_evidence"]

@@ -1,0 +1,121 @@
+"""Static shapes: fix every dynamic dim before conversion.
+
+Rules (the same for every profile): a dynamic batch dim (dim 0) is fixed to the profile's
+batch size; every other dynamic dim needs ``--input-shape NAME:d0,d1,...``. A dynamic dim left
+open is an error that lists every input with its dynamic dims and an example flag.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from edge_sdk.errors import InputValidationError
+from edge_sdk.manifest import TensorSpec
+
+
+@dataclass
+class StaticShapes:
+    """The result of fixing shapes for one batch size.
+
+    Attributes:
+        shapes: Input name -> fully static shape.
+        batch_size: The batch size dynamic batch dims were fixed to.
+        batch_fixed: Inputs whose dynamic batch dim was fixed to ``batch_size``.
+        user_shapes: The shapes the user gave (``--input-shape``).
+        notes: What was decided, for the manifest and the progress log.
+    """
+
+    shapes: dict[str, list[int]]
+    batch_size: int
+    batch_fixed: list[str] = field(default_factory=list)
+    user_shapes: dict[str, list[int]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def to_manifest(self, source_inputs: list[TensorSpec]) -> dict:
+        return {
+            "inputs": {k: list(v) for k, v in self.shapes.items()},
+            "source_inputs": {s.name: list(s.shape) for s in source_inputs},
+            "batch_size": self.batch_size,
+            "batch_fixed_to_profile": list(self.batch_fixed),
+            "user_shapes": {k: list(v) for k, v in self.user_shapes.items()},
+            "notes": list(self.notes),
+        }
+
+
+def parse_input_shape(text: str) -> tuple[str, list[int]]:
+    """Parse ``NAME:d0,d1,...`` (``NAME=d0,...`` and ``x`` separators are accepted too).
+
+    Raises:
+        InputValidationError: malformed value.
+    """
+    sep = ":" if ":" in text else "="
+    name, _, dims = text.rpartition(sep)
+    try:
+        shape = [int(d) for d in dims.replace("x", ",").split(",") if d.strip()]
+    except ValueError:
+        shape = []
+    if not name or not shape or any(d < 1 for d in shape):
+        raise InputValidationError(f"--input-shape '{text}' is not NAME:d0,d1,... with positive dims.",
+                                   "example: --input-shape image:1,3,224,224")
+    return name, shape
+
+
+def _example(spec: TensorSpec, batch: int) -> str:
+    dims = [str(batch) if i == 0 and d < 0 else (str(d) if d > 0 else "<size>") for i, d in enumerate(spec.shape)]
+    return f"--input-shape {spec.name}:{','.join(dims)}"
+
+
+def fix_shapes(inputs: list[TensorSpec], batch_size: int, user: dict[str, list[int]] | None = None) -> StaticShapes:
+    """Resolve a fully static shape for every input.
+
+    Args:
+        inputs: The source's inputs (dynamic dims are ``-1``).
+        batch_size: The profile's batch size.
+        user: ``--input-shape`` values by input name.
+
+    Returns:
+        The static shapes and what was decided.
+
+    Raises:
+        InputValidationError: unknown input name, wrong rank, a static dim contradicted, or
+            dynamic non-batch dims left without a shape.
+    """
+    user = dict(user or {})
+    names = [s.name for s in inputs]
+    unknown = sorted(set(user) - set(names))
+    if unknown:
+        raise InputValidationError(f"--input-shape names unknown input(s) {unknown}.", f"The model's inputs are: {', '.join(names)}")
+    result = StaticShapes(shapes={}, batch_size=batch_size, user_shapes=user)
+    open_dims: list[str] = []
+    for spec in inputs:
+        src = list(spec.shape)
+        if spec.name in user:
+            want = user[spec.name]
+            if len(want) != len(src):
+                raise InputValidationError(
+                    f"--input-shape {spec.name}: rank {len(want)} but the input has rank {len(src)} (shape {src}).",
+                    f"example: {_example(spec, batch_size)}")
+            for i, (s, w) in enumerate(zip(src, want)):
+                if s > 0 and s != w:
+                    raise InputValidationError(
+                        f"--input-shape {spec.name}: dim {i} is fixed to {s} in the model, not {w}.",
+                        f"example: {_example(spec, batch_size)}")
+            shape = list(want)
+            if src and src[0] < 0 and shape[0] != batch_size:
+                result.notes.append(f"input '{spec.name}': batch dim set to {shape[0]} by --input-shape "
+                                    f"(the profile's batch size is {batch_size})")
+        else:
+            shape = list(src)
+            if shape and shape[0] < 0:
+                shape[0] = batch_size
+                result.batch_fixed.append(spec.name)
+                result.notes.append(f"input '{spec.name}': dynamic batch fixed to the profile's batch size {batch_size}")
+            dyn = [i for i, d in enumerate(shape) if d < 0]
+            if dyn:
+                open_dims.append(f"'{spec.name}' {src} (dynamic dims {dyn}): {_example(spec, batch_size)}")
+        result.shapes[spec.name] = shape
+    if open_dims:
+        raise InputValidationError(
+            "The model has dynamic dims that must be fixed for an edge artifact: " + "; ".join(open_dims),
+            "Pass --input-shape NAME:d0,d1,... for each input listed (input_shapes={...} in Python).")
+    return result

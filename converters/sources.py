@@ -1,0 +1,290 @@
+"""Read the user's source model: detect its format, hash it, list its inputs and outputs.
+
+Source formats: ONNX (``.onnx``), TF SavedModel (a folder with ``saved_model.pb``), Keras
+(``.keras``/``.h5``) and float TFLite (``.tflite``). Each reader turns "cannot read this" into
+one :class:`~edge_sdk.errors.ModelLoadError`; heavy frameworks are imported only for the format
+at hand. :func:`to_static_onnx` gives every source one common form: a float ONNX file with all
+shapes fixed, whose tensor names match the source's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from edge_sdk._deps import require
+from edge_sdk.errors import ConversionError, ModelLoadError
+from edge_sdk.fsutil import sha256_bytes, sha256_file
+from edge_sdk.manifest import TensorSpec
+from edge_sdk.registry import Registry
+
+from .base import SourceModel
+
+#: Opset used when a TF/TFLite source is exported to ONNX (tf2onnx 1.17 supports it).
+TF2ONNX_OPSET = 17
+SUPPORTED = "ONNX (.onnx), TF SavedModel (folder with saved_model.pb), Keras (.keras/.h5), float TFLite (.tflite)"
+
+
+def detect_format(path: Path) -> str:
+    """Name the source format of ``path``.
+
+    Raises:
+        ModelLoadError: the path does not exist or is of no supported kind.
+    """
+    if not path.exists():
+        raise ModelLoadError(f"Model not found: {path}", "Check the path; supported: " + SUPPORTED)
+    if path.is_dir():
+        if (path / "saved_model.pb").is_file():
+            return "savedmodel"
+        raise ModelLoadError(f"{path} is a folder but not a TF SavedModel (no saved_model.pb).", "Supported: " + SUPPORTED)
+    suffix = path.suffix.lower()
+    kinds = {".onnx": "onnx", ".keras": "keras", ".h5": "keras", ".tflite": "tflite"}
+    if suffix not in kinds:
+        raise ModelLoadError(f"Unsupported model file '{path.name}'.", "Supported: " + SUPPORTED)
+    return kinds[suffix]
+
+
+def _dtype_name(dtype) -> str:
+    name = np.dtype(dtype).name
+    return name if name in ("float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool") else "float32"
+
+
+def _dims(shape) -> list[int]:
+    return [int(d) if d is not None and int(d) > 0 else -1 for d in shape]
+
+
+def _hash_source(path: Path) -> str:
+    if path.is_file():
+        return sha256_file(path)
+    # A SavedModel is a folder: hash the sorted (relative path, file hash) list.
+    parts = [f"{p.relative_to(path).as_posix()}:{sha256_file(p)}" for p in sorted(path.rglob("*")) if p.is_file()]
+    return sha256_bytes("\n".join(parts).encode())
+
+
+# ----------------------------------------------------------------------------- readers
+def _read_onnx(path: Path) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    onnx = require("onnx", "reading ONNX models")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+        onnx.checker.check_model(model)
+    except Exception as exc:  # noqa: BLE001 - protobuf/checker raise many types: all mean "corrupt"
+        raise ModelLoadError(f"Cannot read ONNX model {path}: {str(exc).splitlines()[0][:200]}",
+                             "The file is corrupt or not ONNX; export it again.") from None
+    inits = {i.name for i in model.graph.initializer}
+
+    def spec(vi) -> TensorSpec:
+        tt = vi.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else -1 for d in tt.shape.dim]
+        return TensorSpec(vi.name, dims, _dtype_name(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)))
+
+    return ([spec(v) for v in model.graph.input if v.name not in inits], [spec(v) for v in model.graph.output])
+
+
+def load_keras(path: Path):
+    """Load a Keras model (inference only) or raise :class:`ModelLoadError`."""
+    tf = require("tensorflow", "reading Keras models")
+    try:
+        return tf.keras.models.load_model(str(path), compile=False)
+    except Exception as exc:  # noqa: BLE001 - Keras raises many types for a bad file
+        raise ModelLoadError(f"Cannot read Keras model {path}: {str(exc).splitlines()[0][:200]}",
+                             "Save it again with model.save('model.keras').") from None
+
+
+def keras_output_names(model) -> list[str]:
+    names = list(getattr(model, "output_names", None) or [])
+    return names if len(names) == len(model.outputs) else [f"output_{i}" for i in range(len(model.outputs))]
+
+
+def _read_keras(path: Path):
+    model = load_keras(path)
+    ins = [TensorSpec(t.name.split(":")[0], _dims(t.shape), _dtype_name(t.dtype)) for t in model.inputs]
+    outs = [TensorSpec(n, _dims(t.shape), _dtype_name(t.dtype)) for n, t in zip(keras_output_names(model), model.outputs)]
+    return ins, outs
+
+
+def load_signature(path: Path):
+    """The ``serving_default`` (else the first) signature of a SavedModel."""
+    tf = require("tensorflow", "reading SavedModels")
+    try:
+        loaded = tf.saved_model.load(str(path))
+    except Exception as exc:  # noqa: BLE001
+        raise ModelLoadError(f"Cannot read SavedModel {path}: {str(exc).splitlines()[0][:200]}",
+                             "Export it again with tf.saved_model.save or model.export().") from None
+    sigs = dict(loaded.signatures)
+    if not sigs:
+        raise ModelLoadError(f"SavedModel {path} has no signatures.", "Export it with a serving signature.")
+    return loaded, sigs.get("serving_default") or sigs[sorted(sigs)[0]]
+
+
+def _read_savedmodel(path: Path):
+    _, sig = load_signature(path)
+    ins = [TensorSpec(k, _dims(s.shape), _dtype_name(s.dtype.as_numpy_dtype))
+           for k, s in sorted(sig.structured_input_signature[1].items())]
+    outs = [TensorSpec(k, _dims(s.shape), _dtype_name(s.dtype.as_numpy_dtype))
+            for k, s in sorted(sig.structured_outputs.items())]
+    return ins, outs
+
+
+def tflite_interpreter(path: Path):
+    """A LiteRT interpreter for ``path`` or :class:`ModelLoadError`."""
+    litert = require("ai_edge_litert.interpreter", "reading TFLite models")
+    try:
+        return litert.Interpreter(model_path=str(path))
+    except Exception as exc:  # noqa: BLE001
+        raise ModelLoadError(f"Cannot read TFLite model {path}: {str(exc).splitlines()[0][:200]}",
+                             "The file is corrupt or not a TFLite flatbuffer; convert it again.") from None
+
+
+def _read_tflite(path: Path):
+    it = tflite_interpreter(path)
+
+    def spec(d) -> TensorSpec:
+        return TensorSpec(d["name"], _dims(d.get("shape_signature", d["shape"])), _dtype_name(d["dtype"]))
+
+    return [spec(d) for d in it.get_input_details()], [spec(d) for d in it.get_output_details()]
+
+
+READERS: Registry[Callable] = Registry("source format", ModelLoadError)
+READERS.register("onnx", _read_onnx)
+READERS.register("keras", _read_keras)
+READERS.register("savedmodel", _read_savedmodel)
+READERS.register("tflite", _read_tflite)
+
+
+def read_source(path: str | Path) -> SourceModel:
+    """Detect, hash and describe the source model.
+
+    Raises:
+        ModelLoadError: missing, unsupported, unreadable or corrupt model.
+    """
+    path = Path(path)
+    fmt = detect_format(path)
+    ins, outs = READERS.get(fmt)(path)
+    if not ins or not outs:
+        raise ModelLoadError(f"{path} declares no inputs or no outputs.", "Export the model with its inputs and outputs.")
+    return SourceModel(path=path, format=fmt, sha256=_hash_source(path), inputs=ins, outputs=outs)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- static ONNX
+def fix_onnx_shapes(model, input_shapes: dict[str, list[int]]):
+    """Fix the inputs of an ONNX ``ModelProto`` to ``input_shapes`` and make every output static.
+
+    Shapes are re-inferred after fixing; outputs whose shape inference leaves open (e.g. behind
+    a computed Reshape) get the shape a real run with zeros produces.
+
+    Raises:
+        ConversionError: an output stays dynamic, or the graph does not run at that shape.
+    """
+    onnx = require("onnx", "fixing ONNX shapes")
+    ort = require("onnxruntime", "fixing ONNX shapes")
+    inits = {i.name for i in model.graph.initializer}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        dims = vi.type.tensor_type.shape.dim
+        for d, v in zip(dims, input_shapes[vi.name]):
+            d.Clear()
+            d.dim_value = int(v)
+    del model.graph.value_info[:]
+    for vi in model.graph.output:
+        vi.type.tensor_type.ClearField("shape")
+    model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    try:
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        feed = {i.name: np.zeros(input_shapes[i.name], dtype=_ort_dtype(i.type)) for i in sess.get_inputs()}
+        real = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed)))
+    except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types
+        raise ConversionError(f"The model does not run with the static input shapes {input_shapes}: {str(exc)[:300]}",
+                              "Check --input-shape values against what the model accepts.") from None
+    for vi in model.graph.output:
+        shape = real[vi.name].shape
+        tt = vi.type.tensor_type
+        inferred = [d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim] if tt.HasField("shape") else []
+        if inferred and any(i not in (-1, s) for i, s in zip(inferred, shape)):
+            raise ConversionError(f"Output '{vi.name}': inferred shape {inferred} disagrees with the real shape {list(shape)}.")
+        tt.ClearField("shape")
+        for s in shape:
+            tt.shape.dim.add().dim_value = int(s)
+    return model
+
+
+def _ort_dtype(type_str: str):
+    table = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
+             "tensor(int32)": np.int32, "tensor(int8)": np.int8, "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_}
+    return table.get(type_str, np.float32)
+
+
+def _tf_function_to_onnx(fn, source: SourceModel, input_shapes: dict[str, list[int]], out: Path) -> None:
+    tf = require("tensorflow", "exporting TF models to ONNX")
+    tf2onnx = require("tf2onnx", "exporting TF models to ONNX")
+    specs = [tf.TensorSpec(input_shapes[s.name], tf.dtypes.as_dtype(s.dtype), name=s.name) for s in source.inputs]
+    names = [s.name for s in source.inputs]
+
+    @tf.function(input_signature=specs)
+    def serve(*args):
+        return fn(dict(zip(names, args)))
+
+    try:
+        tf2onnx.convert.from_function(serve, input_signature=specs, opset=TF2ONNX_OPSET, output_path=str(out))
+    except Exception as exc:  # noqa: BLE001 - tf2onnx raises anything
+        raise ConversionError(f"tf2onnx could not convert {source.path}: {str(exc)[:300]}",
+                              "An op may be unsupported by ONNX; try an OpenVINO or TFLite profile.") from None
+
+
+def to_static_onnx(source: SourceModel, input_shapes: dict[str, list[int]], out: str | Path) -> Path:
+    """Write the source as a float ONNX file with all shapes static; tensor names match the source.
+
+    Args:
+        source: The source model.
+        input_shapes: Static shape per input name.
+        out: Path of the ONNX file to write.
+
+    Returns:
+        ``out``.
+
+    Raises:
+        ConversionError: the export or the shape fixing fails.
+    """
+    onnx = require("onnx", "fixing ONNX shapes")
+    out = Path(out)
+    out_names = [s.name for s in source.outputs]
+    if source.format == "onnx":
+        model = onnx.load(str(source.path))
+    elif source.format == "keras":
+        kmodel = load_keras(source.path)
+        _tf_function_to_onnx(lambda feed: dict(zip(out_names, _as_list(kmodel(feed if len(feed) > 1 else next(iter(feed.values())), training=False)))),
+                             source, input_shapes, out)
+        model = onnx.load(str(out))
+    elif source.format == "savedmodel":
+        _, sig = load_signature(source.path)
+        _tf_function_to_onnx(lambda feed: sig(**feed), source, input_shapes, out)
+        model = onnx.load(str(out))
+    else:
+        tf2onnx = require("tf2onnx", "exporting TFLite models to ONNX")
+        try:
+            tf2onnx.convert.from_tflite(str(source.path), opset=TF2ONNX_OPSET, output_path=str(out))
+        except Exception as exc:  # noqa: BLE001
+            raise ConversionError(f"tf2onnx could not convert {source.path}: {str(exc)[:300]}") from None
+        model = onnx.load(str(out))
+    _check_names(model, source)
+    model = fix_onnx_shapes(model, input_shapes)
+    onnx.save(model, str(out))
+    return out
+
+
+def _as_list(y) -> list:
+    return list(y) if isinstance(y, (list, tuple)) else [y]
+
+
+def _check_names(model, source: SourceModel) -> None:
+    inits = {i.name for i in model.graph.initializer}
+    got_in = sorted(v.name for v in model.graph.input if v.name not in inits)
+    got_out = sorted(v.name for v in model.graph.output)
+    if got_in != sorted(s.name for s in source.inputs) or got_out != sorted(s.name for s in source.outputs):
+        raise ConversionError(
+            f"The ONNX form of {source.path.name} has inputs {got_in} / outputs {got_out}, "
+            f"not the source's {[s.name for s in source.inputs]} / {[s.name for s in source.outputs]}.",
+            "Give the model's inputs and outputs plain names (letters, digits, '_').")
+
