@@ -226,6 +226,11 @@ def _block_network(record: Path) -> None:
             fh.write(f"connection to {address!r} refused\n")
         raise OSError(f"edge-sdk: network access is disabled during conversion (tried {address!r})")
 
+    def refuse_lookup(host, *args, **kwargs):  # noqa: ANN001 - getaddrinfo signature
+        return refuse(None, (host, *args[:1]))
+
+    # Name lookup first: without it a blocked download fails as a DNS error we cannot attribute.
+    socket.getaddrinfo = refuse_lookup  # type: ignore[assignment]
     socket.socket.connect = refuse  # type: ignore[method-assign]
     socket.socket.connect_ex = refuse  # type: ignore[method-assign]
 

@@ -228,13 +228,14 @@ def _tflite(job: ConvertJob) -> Converted:
     with, so the float TFLite goes back to a graph it can take (tf2onnx -> onnx2tf); the
     accuracy gate then measures the whole chain against the original float TFLite.
     """
-    if job.static_onnx is None:
+    static_onnx = getattr(job, "static_onnx", None)  # set by the pipeline; None for jobs built by hand
+    if static_onnx is None:
         raise ConversionError(
             f"Float TFLite {Path(job.source.path).name}: the int8 route needs the pipeline's static ONNX "
             "form of the model (ConvertJob.static_onnx), and this job has none.",
             "Convert through edge_sdk.convert() / `edge-sdk convert`, or start from the Keras, SavedModel "
             "or ONNX form of the model.")
-    converted = _via_onnx(job, Path(job.static_onnx), "tflite -> tf2onnx (static ONNX)")
+    converted = _via_onnx(job, Path(static_onnx), "tflite -> tf2onnx (static ONNX)")
     converted.tools.update(_tool_versions("tf2onnx"))
     return converted
 
