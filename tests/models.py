@@ -203,19 +203,16 @@ def onnx_cnn(path: str | Path, opset: int = 13) -> Path:
 
 
 def float_tflite(path: str | Path) -> Path:
-    """A float32 TFLite flatbuffer of the trained CNN (input ``[1,32,32,3]``)."""
+    """A float32 TFLite flatbuffer of the trained CNN (input ``[-1,32,32,3]``, batch dynamic).
+
+    ``from_keras_model`` folds batch norm and freezes the weights (a concrete function of a
+    Keras 3 model keeps resource variables, i.e. VAR_HANDLE ops, which no other tool reads).
+    """
     import tensorflow as tf
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    model = trained_cnn()
-
-    @tf.function(input_signature=[tf.TensorSpec(list(CNN_SHAPE), tf.float32, name=CNN_INPUT)])
-    def serve(image):
-        return {"probs": model(image, training=False)}
-
-    conv = tf.lite.TFLiteConverter.from_concrete_functions([serve.get_concrete_function()], model)
-    path.write_bytes(conv.convert())
+    path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(trained_cnn()).convert())
     return path
 
 
