@@ -268,7 +268,9 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
         device: Run this accelerator (delegate / execution provider / OpenVINO device), no fallback.
         strict: Refuse to fall back from the profile's native accelerator.
         num_threads: CPU threads for the runtime.
-        verify: Check every file's sha256 against the manifest (turn off only in development).
+        verify: Check every file's sha256 against the manifest (turn off only in development; an
+            unverified model is first trial-loaded in a child process so a corrupt file cannot crash
+            this one, which costs a second or so).
         check_finite: Reject NaN/Inf in float inputs.
         cache_dir: Writable folder for runtime caches (TensorRT engines); default ``~/.cache/edge-sdk``.
 
@@ -306,7 +308,7 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
                             model_sha256=art.sha256)
 
     runner, selection = open_runner(folder, manifest, prof, backend=backend, device=device, strict=strict,
-                                    make_config=make_config)
+                                    make_config=make_config, trial=not verify)
     selection.notes.extend(notes)
     try:
         return Model(folder, manifest, runner, selection, chosen["sha"],

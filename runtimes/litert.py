@@ -8,7 +8,6 @@ costs seconds and hundreds of MB).
 from __future__ import annotations
 
 import importlib
-import struct
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,7 @@ from edge_sdk.errors import DelegateUnavailableError, MissingDependencyError
 
 from .base import NativeTensor, Runner, corrupt, native_error, read_head
 from .probe import EDGETPU_LIBS, edgetpu_library
+from .tflite_check import verify_tflite
 
 #: Interpreter modules in the order we try them.
 INTERPRETER_MODULES = ("ai_edge_litert.interpreter", "tflite_runtime.interpreter", "tensorflow.lite")
@@ -55,14 +55,11 @@ class LiteRTRunner(Runner):
 
     @classmethod
     def validate_container(cls, path: Path, files: dict[str, Path]) -> None:
-        """A TFLite flatbuffer: root table offset, then the ``TFL3`` file identifier at bytes 4..8."""
+        """A TFLite flatbuffer (``TFL3`` at bytes 4..8) whose every offset and index is in bounds."""
         head = read_head(path, 8)
-        size = path.stat().st_size
         if len(head) < 8 or head[4:8] != b"TFL3":
             raise corrupt(path, "TFLite flatbuffer (no TFL3 identifier)")
-        (root,) = struct.unpack("<I", head[:4])
-        if root < 8 or root >= size:
-            raise corrupt(path, "TFLite flatbuffer (root offset outside the file)")
+        verify_tflite(path)
 
     def _delegates(self, lite) -> list:
         acc = self.config.accelerator

@@ -165,7 +165,7 @@ def candidate_steps(profile: Profile, manifest: Manifest, backend: str | None,
 
 
 def open_runner(folder: Path, manifest: Manifest, profile: Profile, *, backend: str | None, device: str | None,
-                strict: bool, make_config) -> tuple[Runner, Selection]:
+                strict: bool, make_config, trial: bool = False) -> tuple[Runner, Selection]:
     """Walk the chain and return the first runner that activates, with the selection record.
 
     Args:
@@ -175,6 +175,7 @@ def open_runner(folder: Path, manifest: Manifest, profile: Profile, *, backend: 
         backend / device: An explicit choice, or None.
         strict: Refuse non-native steps.
         make_config: ``(step) -> RunnerConfig`` for the step's artifact file.
+        trial: First load and run the file in a child process (unverified files, see ``sandbox``).
 
     Raises:
         DelegateUnavailableError: strict and the native accelerator cannot be used, an explicit
@@ -192,7 +193,14 @@ def open_runner(folder: Path, manifest: Manifest, profile: Profile, *, backend: 
             sel.skipped.append(f"{step_name(step)}: {status.reason}")
             fixes.append(status.fix)
             continue
-        runner = BACKENDS.get(step.backend)(make_config(step))
+        config = make_config(step)
+        runner_cls = BACKENDS.get(step.backend)
+        runner = runner_cls(config)
+        if trial:
+            runner_cls.validate_container(config.model_path, config.files)  # cheap checks first
+            from .sandbox import trial_run
+
+            trial_run(step.backend, config)
         try:
             runner.activate()
         except DelegateUnavailableError as exc:
