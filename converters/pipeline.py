@@ -10,6 +10,7 @@ publishes nothing (unless ``allow_accuracy_drop``); any error or interrupt leave
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import tempfile
@@ -154,7 +155,14 @@ def convert(model, profiles, out, *, calib=None, calib_count: int | None = None,
         AccuracyGateError: a profile failed the gate (its folder is not written); ``report`` holds
             the summary.
     """
-    log = progress or (lambda _line: None)
+    # Tools print progress bars (NNCF) and notes to stdout; stdout belongs to the caller (--json).
+    with contextlib.redirect_stdout(sys.stderr):
+        return _convert(model, profiles, out, calib, calib_count, input_shapes, preprocess, allow_accuracy_drop,
+                        force, validation_fn, progress or (lambda _line: None))
+
+
+def _convert(model, profiles, out, calib, calib_count, input_shapes, preprocess, allow_accuracy_drop, force,
+             validation_fn, log) -> ConvertSummary:
     profs = _resolve_profiles(profiles, log)
     out = Path(out)
     existing = [p.name for p in profs if (out / p.name).exists()]

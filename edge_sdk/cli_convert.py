@@ -1,0 +1,44 @@
+"""``edge-sdk convert``: a thin command over :func:`edge_sdk.convert`.
+
+Progress goes to stderr (one line per profile and stage); ``--json`` prints the summary on
+stdout. Errors propagate to :func:`edge_sdk.cli.main`, which maps them to exit codes; a failed
+accuracy gate with ``--json`` still prints the summary (with the numbers) before exiting.
+"""
+
+from __future__ import annotations
+
+import click
+
+from .cli import cli, emit_json
+from .errors import AccuracyGateError
+
+
+@cli.command()
+@click.argument("model", type=click.Path())
+@click.option("--profile", "profiles", multiple=True, required=True, help="Device profile (name, alias or .toml); repeatable.")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Output folder; one subfolder per profile.")
+@click.option("--calib", default=None, help="Calibration data: image folder, .npy, .npz, folder of <input>.npy, or 'random'.")
+@click.option("--calib-count", type=click.IntRange(min=1), default=None, help="Use at most N calibration samples.")
+@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:d0,d1,...",
+              help="Fix an input's dynamic dims; repeatable.")
+@click.option("--preprocess", default=None, help="Image preprocessing: key=value,... / JSON / .json file.")
+@click.option("--allow-accuracy-drop", is_flag=True, help="Write the artifact even if the accuracy gate fails.")
+@click.option("--force", is_flag=True, help="Replace existing artifact folders.")
+@click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
+def convert(model, profiles, out, calib, calib_count, input_shapes, preprocess, allow_accuracy_drop, force, as_json):
+    """Convert MODEL (ONNX, SavedModel, .keras/.h5, float .tflite) into one artifact per --profile."""
+    from .converters.pipeline import convert as run_convert
+
+    try:
+        summary = run_convert(model, list(profiles), out, calib=calib, calib_count=calib_count,
+                              input_shapes=list(input_shapes), preprocess=preprocess,
+                              allow_accuracy_drop=allow_accuracy_drop, force=force)
+    except AccuracyGateError as exc:
+        if as_json:
+            emit_json(exc.report)
+        raise
+    if as_json:
+        emit_json(summary.to_dict())
+        return
+    for p in summary.profiles:
+        click.echo(f"{p.profile}: {p.folder} (gate {p.gate}; {', '.join(p.files)})")
