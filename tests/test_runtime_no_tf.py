@@ -1,0 +1,65 @@
+"""A runtime-only install: artifacts load and run with TensorFlow impossible to import.
+
+Each check runs in a fresh interpreter whose import system refuses ``tensorflow`` (and
+keras, onnx2tf, nncf), like a device that installed only ``edge-sdk[litert]``,
+``[onnxruntime]`` or ``[openvino]``. It also asserts that nothing tried to import them.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import rt_artifacts as ra
+
+SCRIPT = r"""
+import sys, warnings
+import importlib.abc
+
+BLOCKED = ("tensorflow", "keras", "tf_keras", "onnx2tf", "nncf", "torch")
+attempts = []
+
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            attempts.append(name)
+            raise ImportError(f"{name} is not installed (runtime-only install)")
+        return None
+
+sys.meta_path.insert(0, Block())
+import numpy as np
+import edge_sdk
+warnings.simplefilter("ignore")
+model = edge_sdk.load(sys.argv[1], backend=sys.argv[2] if len(sys.argv) > 2 else None)
+spec = model.inputs[0]
+res = model.infer(np.zeros(spec.shape, np.float32))
+assert res.outputs, res
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
+assert not loaded and not attempts, (loaded, attempts)
+print("OK", res.backend)
+"""
+
+
+def run_without_tf(folder, backend=None):
+    args = [sys.executable, "-c", SCRIPT, str(folder)] + ([backend] if backend else [])
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+@pytest.mark.parametrize("name, backend, expect", [
+    ("jetson-orin", "onnxruntime", "OK onnxruntime/CPUExecutionProvider"),
+    ("intel-cpu", None, "OK openvino/CPU"),
+])
+def test_onnxruntime_and_openvino_run_without_tensorflow(tmp_path_factory, name, backend, expect):
+    arts = ra.onnx_artifacts(tmp_path_factory)
+    assert expect in run_without_tf(arts[name], backend)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["coral-edgetpu", "arm-cpu"])
+def test_litert_runs_without_tensorflow(tmp_path_factory, name):
+    arts = ra.tflite_artifacts(tmp_path_factory)
+    assert "OK litert/xnnpack" in run_without_tf(arts[name])
