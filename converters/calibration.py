@@ -135,30 +135,8 @@ def _batches(arrays: dict[str, np.ndarray], count: int, batch: int) -> list[Feed
     return [{k: np.ascontiguousarray(v[i:i + batch]) for k, v in arrays.items()} for i in range(0, count - batch + 1, batch)]
 
 
-def load_calibration(calib, inputs: list[TensorSpec], shapes: dict[str, list[int]], *, holdout_fraction: float,
-                     count: int | None = None, preprocess: pp.PreprocessSpec | None = None,
-                     min_samples: int = 100) -> CalibrationSet:
-    """Load calibration data and split it into calibration and hold-out feeds.
-
-    Args:
-        calib: Path (image folder, ``.npy``, ``.npz``, folder of ``<input>.npy``) or ``"random"``.
-        inputs: The model's inputs (names, dtypes).
-        shapes: Static shape per input (dim 0 is the batch of one feed).
-        holdout_fraction: Part of the samples held back for the accuracy gate.
-        count: Cap on the number of samples used (``--calib-count``).
-        preprocess: Preprocessing for images (default: from the input shape, scale 1/255).
-        min_samples: Below this many calibration samples a warning says int8 may suffer.
-
-    Returns:
-        The split :class:`CalibrationSet`.
-
-    Raises:
-        CalibrationError: missing, empty, corrupt, or mismatched data.
-    """
-    if count is not None and count < 2:
-        raise CalibrationError(f"--calib-count {count} is too small: at least 2 samples are needed "
-                               "(one to calibrate, one for the accuracy gate).")
-    batch = max(s[0] if s else 1 for s in shapes.values())
+def _read(calib, inputs, shapes, preprocess, count, batch):
+    """Read calibration data of any accepted form into ``{input: [N, ...]}`` arrays."""
     warnings: list[str] = []
     spec_used = None
     if isinstance(calib, str) and calib == "random":
@@ -192,6 +170,36 @@ def load_calibration(calib, inputs: list[TensorSpec], shapes: dict[str, list[int
         else:
             raise CalibrationError(f"Unsupported calibration data {path}.", "Pass a folder of images, a .npy or a .npz file.")
         total = _check_arrays(arrays, inputs, shapes, str(path))
+    return arrays, kind, total, spec_used, warnings
+
+
+def load_calibration(calib, inputs: list[TensorSpec], shapes: dict[str, list[int]], *, holdout_fraction: float,
+                     count: int | None = None, preprocess: pp.PreprocessSpec | None = None,
+                     min_samples: int = 100, validation=None) -> CalibrationSet:
+    """Load calibration data and split it into calibration and hold-out feeds.
+
+    Args:
+        calib: Path (image folder, ``.npy``, ``.npz``, folder of ``<input>.npy``) or ``"random"``.
+        inputs: The model's inputs (names, dtypes).
+        shapes: Static shape per input (dim 0 is the batch of one feed).
+        holdout_fraction: Part of the samples held back for the accuracy gate.
+        count: Cap on the number of samples used (``--calib-count``).
+        preprocess: Preprocessing for images (default: from the input shape, scale 1/255).
+        min_samples: Below this many calibration samples a warning says int8 may suffer.
+        validation: Separate data for the accuracy gate (same forms as ``calib``, not ``random``).
+            When given, nothing is held back from ``calib``: all of it calibrates.
+
+    Returns:
+        The split :class:`CalibrationSet`.
+
+    Raises:
+        CalibrationError: missing, empty, corrupt, or mismatched data.
+    """
+    if count is not None and count < 2:
+        raise CalibrationError(f"--calib-count {count} is too small: at least 2 samples are needed "
+                               "(one to calibrate, one for the accuracy gate).")
+    batch = max(s[0] if s else 1 for s in shapes.values())
+    arrays, kind, total, spec_used, warnings = _read(calib, inputs, shapes, preprocess, count, batch)
     used = total // batch * batch
     if count is not None and count * batch < used:
         warnings.append(f"using {count * batch} of {total} calibration samples (--calib-count {count})")
@@ -202,13 +210,25 @@ def load_calibration(calib, inputs: list[TensorSpec], shapes: dict[str, list[int
     if len(feeds) < 2:
         raise CalibrationError(f"Calibration data has {len(feeds)} usable sample(s); at least 2 are needed "
                                "(one to calibrate, one for the accuracy gate).", "Provide more samples (100+ is advised for int8).")
-    n_hold = min(len(feeds) - 1, max(1, round(len(feeds) * holdout_fraction)))
-    order = np.random.default_rng(SPLIT_SEED).permutation(len(feeds))
-    hold_idx = set(order[:n_hold].tolist())
-    calib_feeds = [f for i, f in enumerate(feeds) if i not in hold_idx]
-    hold_feeds = [f for i, f in enumerate(feeds) if i in hold_idx]
+    if validation is not None:
+        if isinstance(validation, str) and validation == "random":
+            raise CalibrationError("Validation data cannot be 'random': the accuracy gate needs real samples.")
+        v_arrays, v_kind, v_total, _, _ = _read(validation, inputs, shapes, spec_used or preprocess, None, batch)
+        hold_feeds = _batches(v_arrays, v_total // batch * batch, batch)
+        if not hold_feeds:
+            raise CalibrationError(f"Validation data {validation} has no usable sample.")
+        calib_feeds, n_hold = feeds, 0
+    else:
+        n_hold = min(len(feeds) - 1, max(1, round(len(feeds) * holdout_fraction)))
+        order = np.random.default_rng(SPLIT_SEED).permutation(len(feeds))
+        hold_idx = set(order[:n_hold].tolist())
+        calib_feeds = [f for i, f in enumerate(feeds) if i not in hold_idx]
+        hold_feeds = [f for i, f in enumerate(feeds) if i in hold_idx]
+    if kind != "random" and all(float(np.ptp(a)) == 0.0 for a in arrays.values()):
+        warnings.append("every calibration sample is the same constant value: the int8 ranges will not fit real inputs")
     if kind != "random" and len(calib_feeds) < min_samples:
-        warnings.append(f"only {len(calib_feeds)} calibration sample(s) (after holding back {n_hold} for the accuracy gate); "
+        held = f" (after holding back {n_hold} for the accuracy gate)" if n_hold else ""
+        warnings.append(f"only {len(calib_feeds)} calibration sample(s){held}; "
                         f"{min_samples}+ representative samples are advised for int8")
     info = {
         "source": "random" if kind == "random" else str(Path(calib)),
@@ -218,7 +238,8 @@ def load_calibration(calib, inputs: list[TensorSpec], shapes: dict[str, list[int
         "samples_used": int(used),
         "calibration_samples": len(calib_feeds) * batch,
         "holdout_samples": len(hold_feeds) * batch,
-        "holdout_fraction": holdout_fraction,
+        "holdout_fraction": holdout_fraction if validation is None else None,
+        "holdout_source": "calibration split" if validation is None else str(validation),
         "split_seed": SPLIT_SEED,
         "calib_count": count,
     }

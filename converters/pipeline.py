@@ -130,7 +130,7 @@ class _Prepared:
 
 def convert(model, profiles, out, *, calib=None, calib_count: int | None = None, input_shapes=None, preprocess=None,
             allow_accuracy_drop: bool = False, force: bool = False, validation_fn: Callable | None = None,
-            progress: Callable[[str], None] | None = _stderr) -> ConvertSummary:
+            validation=None, progress: Callable[[str], None] | None = _stderr) -> ConvertSummary:
     """Convert ``model`` for each profile into ``out/<profile>/``.
 
     Args:
@@ -144,6 +144,8 @@ def convert(model, profiles, out, *, calib=None, calib_count: int | None = None,
         allow_accuracy_drop: Publish even when the accuracy gate fails (the manifest says so).
         force: Replace existing artifact folders.
         validation_fn: NNCF validation function (OpenVINO formats: accuracy-controlled quantization).
+        validation: Separate data for the accuracy gate (same forms as ``calib``); by default the
+            profile's ``holdout_fraction`` of ``calib`` is held back instead.
         progress: Called with one line per profile and stage (default: stderr; None: silent).
 
     Returns:
@@ -156,13 +158,19 @@ def convert(model, profiles, out, *, calib=None, calib_count: int | None = None,
             the summary.
     """
     # Tools print progress bars (NNCF) and notes to stdout; stdout belongs to the caller (--json).
-    with contextlib.redirect_stdout(sys.stderr):
-        return _convert(model, profiles, out, calib, calib_count, input_shapes, preprocess, allow_accuracy_drop,
-                        force, validation_fn, progress or (lambda _line: None))
+    out_created = not Path(out).exists()
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            return _convert(model, profiles, out, calib, calib_count, input_shapes, preprocess, allow_accuracy_drop,
+                            force, validation_fn, validation, progress or (lambda _line: None))
+    finally:
+        # Leave no trace of a run that published nothing: remove the output folder we created.
+        if out_created and Path(out).is_dir() and not any(Path(out).iterdir()):
+            Path(out).rmdir()
 
 
 def _convert(model, profiles, out, calib, calib_count, input_shapes, preprocess, allow_accuracy_drop, force,
-             validation_fn, log) -> ConvertSummary:
+             validation_fn, validation, log) -> ConvertSummary:
     profs = _resolve_profiles(profiles, log)
     out = Path(out)
     existing = [p.name for p in profs if (out / p.name).exists()]
@@ -187,7 +195,7 @@ def _convert(model, profiles, out, calib, calib_count, input_shapes, preprocess,
         for prof in profs:
             key = json.dumps([static[prof.name].shapes, prof.accuracy.holdout_fraction], sort_keys=True)
             if key not in prepared:
-                prepared[key] = _prepare(source, static[prof.name], prof, calib, calib_count, spec,
+                prepared[key] = _prepare(source, static[prof.name], prof, calib, calib_count, spec, validation,
                                          root / f"prep{len(prepared)}", log)
             summaries.append(_convert_profile(source, prof, prepared[key], out, root / prof.name, force,
                                               allow_accuracy_drop, options, log))
@@ -202,14 +210,15 @@ def _convert(model, profiles, out, calib, calib_count, input_shapes, preprocess,
     return summary
 
 
-def _prepare(source: SourceModel, shapes: StaticShapes, prof: Profile, calib, calib_count, spec, folder: Path,
-             log) -> _Prepared:
+def _prepare(source: SourceModel, shapes: StaticShapes, prof: Profile, calib, calib_count, spec, validation,
+             folder: Path, log) -> _Prepared:
     folder.mkdir(parents=True)
     log(f"static shapes: {shapes.shapes}" + (f" ({'; '.join(shapes.notes)})" if shapes.notes else ""))
     cs = load_calibration(calib, source.inputs, shapes.shapes, holdout_fraction=prof.accuracy.holdout_fraction,
-                          count=calib_count, preprocess=spec, min_samples=prof.quantization.min_calibration_samples)
+                          count=calib_count, preprocess=spec, min_samples=prof.quantization.min_calibration_samples,
+                          validation=validation)
     log(f"calibration: {cs.kind}, {cs.info['calibration_samples']} samples for calibration, "
-        f"{cs.info['holdout_samples']} held back for the accuracy gate")
+        f"{cs.info['holdout_samples']} for the accuracy gate ({cs.info['holdout_source']})")
     for w in cs.warnings:
         log(f"warning: {w}")
     log("exporting the static float model")
@@ -284,8 +293,8 @@ def _build_profile(source: SourceModel, prof: Profile, prep: _Prepared, final: P
     manifest.warnings = list(dict.fromkeys(warnings))
     write_manifest(stage, manifest)
     published = status != "failed" or allow_drop
-    summary = ProfileSummary(name, str(final), published, list(prof.artifact.formats),
-                             sorted(a.path for a in manifest.artifacts) + ["manifest.json"], status,
+    files = sorted(a.path for a in manifest.artifacts) + ["manifest.json"] if published else []
+    summary = ProfileSummary(name, str(final), published, list(prof.artifact.formats), files, status,
                              manifest.accuracy, manifest.warnings)
     if not published:
         raise _GateFailed(summary)

@@ -18,6 +18,8 @@ from .errors import AccuracyGateError
 @click.option("--profile", "profiles", multiple=True, required=True, help="Device profile (name, alias or .toml); repeatable.")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Output folder; one subfolder per profile.")
 @click.option("--calib", default=None, help="Calibration data: image folder, .npy, .npz, folder of <input>.npy, or 'random'.")
+@click.option("--val", "validation", default=None,
+              help="Separate data for the accuracy gate (same forms as --calib); default: 20% of --calib held back.")
 @click.option("--calib-count", type=click.IntRange(min=1), default=None, help="Use at most N calibration samples.")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:d0,d1,...",
               help="Fix an input's dynamic dims; repeatable.")
@@ -25,12 +27,12 @@ from .errors import AccuracyGateError
 @click.option("--allow-accuracy-drop", is_flag=True, help="Write the artifact even if the accuracy gate fails.")
 @click.option("--force", is_flag=True, help="Replace existing artifact folders.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
-def convert(model, profiles, out, calib, calib_count, input_shapes, preprocess, allow_accuracy_drop, force, as_json):
+def convert(model, profiles, out, calib, validation, calib_count, input_shapes, preprocess, allow_accuracy_drop, force, as_json):
     """Convert MODEL (ONNX, SavedModel, .keras/.h5, float .tflite) into one artifact per --profile."""
     from .converters.pipeline import convert as run_convert
 
     try:
-        summary = run_convert(model, list(profiles), out, calib=calib, calib_count=calib_count,
+        summary = run_convert(model, list(profiles), out, calib=calib, validation=validation, calib_count=calib_count,
                               input_shapes=list(input_shapes), preprocess=preprocess,
                               allow_accuracy_drop=allow_accuracy_drop, force=force)
     except AccuracyGateError as exc:
