@@ -120,3 +120,14 @@ def test_progress_bar_on_tty_and_lines_otherwise():
     quiet = _Stream(False)
     ProgressPrinter(quiet, min_s=2.0)(3, 10, 0.1, "m")  # short runs print nothing
     assert quiet.getvalue() == ""
+
+
+def test_bench_never_imports_tensorflow(arts):
+    import subprocess
+
+    code = ("import sys\nfrom edge_sdk.cli import main\n"
+            f"assert main(['bench', {str(arts['intel-cpu'])!r}, '--runs', '2', '--warmup', '0', '--json', '-']) == 0\n"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'onnx2tf', 'nncf'))\n"
+            "assert not bad, bad\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]

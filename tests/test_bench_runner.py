@@ -28,7 +28,7 @@ def convert_out(arts):
 
 def _consistent(r, runs):
     lat = r.latency_ms
-    assert lat["count"] == runs == r.runs == len(r.samples_ms)
+    assert lat["count"] == runs == r.runs == len(r.samples_ms) and r.samples_stride == 1
     assert lat["min"] <= lat["p50"] <= lat["p90"] <= lat["p95"] <= lat["p99"] <= lat["max"]
     assert lat["min"] <= lat["mean"] <= lat["max"] and lat["std"] >= 0
     assert r.throughput_ips == pytest.approx(runs / r.wall_s)
@@ -135,3 +135,11 @@ def test_make_feed_matches_specs():
     feed = make_feed([TensorSpec("a", [1, 3], "float32"), TensorSpec("b", [2], "uint8"), TensorSpec("c", [2], "int8")])
     assert feed["a"].shape == (1, 3) and str(feed["a"].dtype) == "float32"
     assert str(feed["b"].dtype) == "uint8" and str(feed["c"].dtype) == "int8"
+
+
+def test_long_runs_keep_all_statistics_but_thin_the_stored_samples(arts, monkeypatch):
+    from edge_sdk.bench import runner
+
+    monkeypatch.setattr(runner, "MAX_SAMPLES", 7)
+    (r,) = benchmark(arts["intel-cpu"], runs=20, warmup=0, power="none").results
+    assert r.latency_ms["count"] == 20 and r.samples_stride == 3 and len(r.samples_ms) == 7

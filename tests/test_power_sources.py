@@ -151,3 +151,36 @@ def test_doctor_lists_fake_sensors(root):
     fs.ina3221_hwmon_tree(root, {"VDD_IN": (5000, 1000), "VDD_SOC": (5000, 100)})
     sensors = doctor.collect()["power_sensors"]
     assert sensors["ina3221"]["available"] is True and "VDD_IN" in sensors["ina3221"]["description"]
+
+
+def test_generic_hwmon_power_and_energy(root):
+    fs.put(root, "/sys/class/hwmon/hwmon0/name", "ina3221")  # left to the ina3221 source
+    fs.put(root, "/sys/class/hwmon/hwmon0/power1_input", 99_000_000)
+    fs.put(root, "/sys/class/hwmon/hwmon2/name", "amdgpu")
+    fs.put(root, "/sys/class/hwmon/hwmon2/power1_average", 12_500_000)
+    src, why = open_source("hwmon")
+    assert src is not None, why
+    assert src.kind == "power" and src.read() == pytest.approx(12.5)
+    fs.put(root, "/sys/class/hwmon/hwmon3/name", "platform_meter")
+    fs.put(root, "/sys/class/hwmon/hwmon3/energy1_input", 3_000_000)
+    src, _ = open_source("hwmon")
+    assert src.kind == "energy" and src.read() == [3.0]  # counters win: exact energy over the window
+
+
+def test_tegrastats_power_over_a_window(root, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(fs.tegrastats_script(tmp_path, "tegrastats_jp6_agx_orin.txt")) + ":/usr/bin:/bin")
+    import time
+
+    mon = PowerMonitor("auto", preferred=["ina3221", "tegrastats"], interval_s=0.01)
+    try:
+        mon.start()
+        t0 = mon.mark()
+        time.sleep(0.2)
+        t1 = mon.mark()
+        mon.stop()
+        block = mon.result(t0, t1, 4)
+    finally:
+        mon.close()
+    assert block["source"] == "tegrastats" and block["available"] is True
+    assert block["avg_w"] == pytest.approx(7.7)  # AGX Orin: no total rail, NC ignored
+    assert block["energy_per_inference_mj"] == pytest.approx(7.7 * (t1 - t0) * 1000 / 4)

@@ -11,7 +11,7 @@ JSON schema (``schema_version`` 1), stable for CI scripts that read it::
                   "throughput_ips", "peak_rss_mb", "rss_growth_mb", "cpu_time_s", ...,
                   "power": {"source","available","reason","avg_w","energy_per_inference_mj",
                             "idle_w","samples",...},
-                  "samples_ms": [...]}],
+                  "samples_ms": [...], "samples_stride": 1}],
      "skipped": [{"name", "path", "reason"}], "gates": {"checked": [...], "failed": [...]}}
 """
 
@@ -58,6 +58,8 @@ class BenchResult:
     rss_after_load_mb: float | None = None
     runtime: dict[str, Any] = field(default_factory=dict)
     samples_ms: list[float] = field(default_factory=list)
+    #: ``samples_ms`` keeps every n-th run of very long runs (1: all of them).
+    samples_stride: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -28,6 +28,9 @@ from .report import BenchResult
 from .stats import summarize
 from .targets import Target
 
+#: At most this many per-run latencies go into the report (statistics always use all of them).
+MAX_SAMPLES = 20_000
+
 #: progress(done, total or None, seconds elapsed, label); total is None in --duration mode.
 Progress = Callable[[int, "int | None", float, str], None]
 
@@ -236,6 +239,7 @@ def _measure(model, target, cfg, manifest, monitor, mem, load_ms, progress) -> B
     rss_end = rss_mb()
     mem.mark()
     peaks = [v for _, v in mem.samples if v] + [v for v in (peak_rss_mb(),) if v]
+    stride = max(1, -(-len(lat) // MAX_SAMPLES))  # long --duration runs: keep the JSON a sane size
     details = _details(model)
     art_precision = next((a.precision for a in manifest.artifacts if a.role == "model"), None)
     return BenchResult(
@@ -256,5 +260,5 @@ def _measure(model, target, cfg, manifest, monitor, mem, load_ms, progress) -> B
         fallback=bool(getattr(res, "fallback", False)),
         runtime={"details": {k: v for k, v in details.items() if isinstance(v, (str, int, float, bool, list))},
                  "model_sha256": getattr(res, "model_sha256", None)},
-        samples_ms=[round(v, 6) for v in lat],
+        samples_ms=[round(v, 6) for v in lat[::stride]], samples_stride=stride,
     )
