@@ -124,7 +124,8 @@ def _failure(log: Path, onnx_path: Path, rc: int) -> ConversionError:
         return ConversionError(
             "onnx2tf tried to reach the network during conversion, which edge-sdk forbids: "
             + (log.parent / NETWORK_LOG).read_text().strip().splitlines()[0],
-            hint,
+            f"edge-sdk supplies onnx2tf's sample data so this should not happen: please report it with the "
+            f"log at {log}. Meanwhile use the onnx-qdq format or an Intel profile.",
         )
     name, op_type = _failing_op(text, onnx_path)
     detail = _last_error_line(text)

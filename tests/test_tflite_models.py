@@ -85,17 +85,14 @@ def keras_cnn(path: Path, *, hw: int = 16, extra: str = "") -> Path:
     Args:
         path: Where to save it.
         hw: Input height and width.
-        extra: ``"sin"`` adds a SIN op mid-graph (TFLite has no int8 kernel for it, so it stays
-            float); ``"leaky"`` adds a LeakyReLU (int8 in TFLite, but not in the Edge TPU's op set).
+        extra: ``"leaky"`` adds a LeakyReLU (int8 in TFLite, but not in the Edge TPU's op set).
     """
     import tensorflow as tf
 
     tf.keras.utils.set_random_seed(RNG_SEED)
     inp = tf.keras.Input((hw, hw, 3), name="image")
     x = tf.keras.layers.Conv2D(8, 3, padding="same", activation="relu")(inp)
-    if extra == "sin":
-        x = tf.keras.layers.Lambda(lambda t: tf.math.sin(t), name="sine")(x)
-    elif extra == "leaky":
+    if extra == "leaky":
         x = tf.keras.layers.LeakyReLU(negative_slope=0.1, name="leaky")(x)
     x = tf.keras.layers.Conv2D(16, 3, strides=2, padding="same", activation="relu")(x)
     x = tf.keras.layers.GlobalAveragePooling2D()(x)
@@ -106,10 +103,39 @@ def keras_cnn(path: Path, *, hw: int = 16, extra: str = "") -> Path:
     return path
 
 
-def keras_job(path: Path, profile: str, tmp: Path, hw: int = 16):
-    """A hand-built job for a model made by :func:`keras_cnn`."""
+def savedmodel_sin(path: Path, *, hw: int = 16) -> Path:
+    """A SavedModel classifier (``serving_default``: image -> probs) with a SIN op mid-graph.
+
+    TFLite has no int8 kernel for SIN, so it stays float: the Edge TPU cannot run it.
+    """
+    import tensorflow as tf
+
+    rng = np.random.default_rng(RNG_SEED)
+
+    class Net(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.w1 = tf.Variable(rng.standard_normal((3, 3, 3, 8)).astype(np.float32) * 0.3)
+            self.w2 = tf.Variable(rng.standard_normal((3, 3, 8, 16)).astype(np.float32) * 0.2)
+            self.wf = tf.Variable(rng.standard_normal((16, NUM_CLASSES)).astype(np.float32) * 0.5)
+
+        @tf.function(input_signature=[tf.TensorSpec([None, hw, hw, 3], tf.float32, name="image")])
+        def __call__(self, image):
+            x = tf.nn.relu(tf.nn.conv2d(image, self.w1, 1, "SAME"))
+            x = tf.math.sin(x)
+            x = tf.nn.relu(tf.nn.conv2d(x, self.w2, 2, "SAME"))
+            x = tf.reduce_mean(x, axis=[1, 2])
+            return {"probs": tf.nn.softmax(tf.matmul(x, self.wf))}
+
+    net = Net()
+    tf.saved_model.save(net, str(path), signatures={"serving_default": net.__call__})
+    return path
+
+
+def keras_job(path: Path, profile: str, tmp: Path, hw: int = 16, fmt: str = "keras"):
+    """A hand-built job for a model made by :func:`keras_cnn` (or :func:`savedmodel_sin`)."""
     shape = [1, hw, hw, 3]
-    return make_job(path, "keras", profile, [TensorSpec("image", [-1, hw, hw, 3], "float32", layout="NHWC")],
+    return make_job(path, fmt, profile, [TensorSpec("image", [-1, hw, hw, 3], "float32", layout="NHWC")],
                     [TensorSpec("probs", [-1, NUM_CLASSES], "float32")], {"image": shape}, tmp)
 
 
