@@ -64,6 +64,8 @@ class ProgressPrinter:
 @click.option("--strict", is_flag=True, help="Fail instead of falling back from the profile's accelerator.")
 @click.option("--power", default="auto", show_default=True,
               help='auto|none|rapl|ina3221|tegrastats|nvml|hwmon|cmd:"COMMAND printing watts".')
+@click.option("--interval-ms", type=float, default=20.0, show_default=True,
+              help="Power/memory sampling period; keep it shorter than the load's changes (aliasing).")
 @click.option("--idle", "idle_s", type=float, default=0.0, help="Seconds of idle baseline before the timed loop.")
 @click.option("--image", type=click.Path(dir_okay=False), help="Time preprocessing of this image + inference (end to end).")
 @click.option("--backend", help="Force a backend (litert, onnxruntime, openvino, tensorrt).")
@@ -73,8 +75,8 @@ class ProgressPrinter:
 @click.option("--plot", "plot_path", help='Write a PNG plot to FILE (needs the "plot" extra: matplotlib).')
 @click.option("--fail-if", "fail_if", multiple=True, help="Gate such as 'p99_ms>20' (repeatable); exit 9 when true.")
 @click.option("--no-verify", is_flag=True, help="Skip the artifact hash check (development only).")
-def bench(artifacts, profile, runs, warmup, duration, threads, strict, power, idle_s, image, backend, device,
-          json_path, md_path, plot_path, fail_if, no_verify) -> None:
+def bench(artifacts, profile, runs, warmup, duration, threads, strict, power, interval_ms, idle_s, image, backend,
+          device, json_path, md_path, plot_path, fail_if, no_verify) -> None:
     """Benchmark ARTIFACTS on this device: latency, cold start, memory, power and energy."""
     from .bench import benchmark, to_markdown
 
@@ -85,6 +87,7 @@ def bench(artifacts, profile, runs, warmup, duration, threads, strict, power, id
     report = benchmark(list(artifacts), runs=runs, warmup=warmup, duration_s=duration, threads=threads,
                        strict=strict, power=power, idle_s=idle_s, profile=profile, image=image,
                        backend=backend, device=device, fail_if=fail_if, verify=not no_verify,
+                       sample_interval_s=interval_ms / 1000.0,
                        progress=ProgressPrinter())
     if json_path == "-":
         emit_json(report.to_dict())

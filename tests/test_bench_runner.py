@@ -85,7 +85,8 @@ def test_single_artifact_duration_mode_and_end_to_end(arts, tmp_path):
 
 
 def test_bad_options_fail_before_running(arts):
-    for kwargs in ({"runs": 0}, {"warmup": -1}, {"duration_s": 0.0}, {"threads": 0}, {"idle_s": -2}):
+    for kwargs in ({"runs": 0}, {"warmup": -1}, {"duration_s": 0.0}, {"threads": 0}, {"idle_s": -2},
+                   {"sample_interval_s": 0.0}):
         with pytest.raises(InputValidationError):
             benchmark(arts["intel-cpu"], **kwargs)
     with pytest.raises(InputValidationError):

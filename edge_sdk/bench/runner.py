@@ -75,7 +75,8 @@ class BenchConfig:
                ("--warmup", self.warmup < 0, "0 or more"),
                ("--duration", self.duration_s is not None and self.duration_s <= 0, "more than 0 seconds"),
                ("--threads", self.threads is not None and self.threads < 1, "at least 1"),
-               ("--idle", self.idle_s < 0, "0 or more seconds")]
+               ("--idle", self.idle_s < 0, "0 or more seconds"),
+               ("--interval-ms", not 0.001 <= self.sample_interval_s <= 10.0, "between 1 ms and 10 s")]
         for opt, is_bad, want in bad:
             if is_bad:
                 raise InputValidationError(f"{opt} must be {want}.", f"Check the value given to {opt}.")

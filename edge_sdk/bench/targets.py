@@ -68,7 +68,7 @@ def native_reason(profile: Profile) -> str | None:
                 return (f"only the fallback {step.backend}/{step.accelerator} runs here "
                         f"({'; '.join(reasons) or 'native steps unavailable'})")
             if not host_matches(profile):
-                return f"{step.backend}/{step.accelerator} runs here, but this host is not a {profile.name} " \
+                return f"{step.backend}/{step.accelerator} runs here, but this host is not a device for profile {profile.name!r} " \
                        f"device (arch {', '.join(profile.host.arch)}); numbers would not be representative"
             return None
         reasons.append(f"{step.backend}/{step.accelerator}: {st.reason}")

@@ -4,6 +4,11 @@ The benchmark marks the start and end of its timed loop with :meth:`Sampler.mark
 takes a reading *synchronously* at that instant, so energy integrated between the two marks
 covers exactly the measured window and not the sampler's nearest tick. All timestamps are
 ``time.perf_counter()``, the clock the benchmark times inferences with.
+
+Power sources (watts) are point readings: a load that changes faster than the interval
+aliases (a 50 Hz square wave sampled every 20 ms looks constant), so keep the interval short
+relative to the load's changes. Energy counters (RAPL, hwmon ``energy*_input``) have no such
+problem: the window's energy is a counter difference, whatever happened in between.
 """
 
 from __future__ import annotations
