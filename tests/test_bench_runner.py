@@ -58,6 +58,7 @@ def test_profile_pick_runs_fallback_and_reports_it(convert_out):
     (r,) = rep.results
     assert r.profile == "jetson-orin" and r.backend == "onnxruntime/CPUExecutionProvider" and r.fallback
     assert r.threads == 1 and "disabled" in r.power["reason"]
+    assert r.runtime["peak_rss_scope"] == "this artifact"
     with pytest.raises(DelegateUnavailableError):
         benchmark(convert_out, profile="jetson", runs=3, warmup=0, power="none", strict=True)
     with pytest.raises(InputValidationError, match="coral"):

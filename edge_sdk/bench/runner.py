@@ -172,14 +172,17 @@ def run_one(target: Target, cfg: BenchConfig, progress: Progress | None = None) 
     monitor = PowerMonitor(cfg.power, preferred, cfg.sample_interval_s)
     mem = Sampler(lambda: rss_mb() or 0.0, cfg.sample_interval_s, "edge-sdk-rss")
     try:
-        reset_peak_rss()
+        peak_reset = reset_peak_rss()
         mem.start()
         t = time.perf_counter_ns()
         model = load(target.path, profile=target.load_profile, backend=cfg.backend, device=cfg.device,
                      strict=cfg.strict, num_threads=cfg.threads, verify=cfg.verify)
         load_ms = (time.perf_counter_ns() - t) / 1e6
         try:
-            return _measure(model, target, cfg, manifest, monitor, mem, load_ms, progress)
+            result = _measure(model, target, cfg, manifest, monitor, mem, load_ms, progress)
+            # Without the reset, VmHWM is the whole process's peak (earlier artifacts included).
+            result.runtime["peak_rss_scope"] = "this artifact" if peak_reset else "process lifetime"
+            return result
         finally:
             model.close()
     finally:
