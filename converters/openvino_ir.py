@@ -80,17 +80,27 @@ def convert(job: ConvertJob) -> FormatResult:
     target = devices.get(native, nncf.TargetDevice.ANY)
     validation_fn = job.options.get("validation_fn")
     n = len(job.calib)
+    # The profile's calibration method picks NNCF's activation range estimator. NNCF's own default
+    # averages per-sample min/max, which clips small tensors (a [1,4] side input, a pooled vector)
+    # hard; "minmax" means the global range, as ONNX Runtime's MinMax calibrator uses.
+    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters
+    from nncf.quantization.range_estimator import RangeEstimatorParametersSet
+
+    estimators = {"minmax": RangeEstimatorParametersSet.MINMAX, "percentile": RangeEstimatorParametersSet.MEAN_QUANTILE,
+                  "entropy": RangeEstimatorParametersSet.HISTOGRAM}
+    advanced = AdvancedQuantizationParameters(activations_range_estimator_params=estimators[spec.calibration_method])
     try:
         if validation_fn is not None:
             job.log(f"nncf.quantize_with_accuracy_control ({n} samples, target {target.value})")
             valid = nncf.Dataset([{k: feed[k] for k in names} for feed in job.holdout])
             qmodel = nncf.quantize_with_accuracy_control(
                 model, calib, valid, validation_fn, max_drop=float(job.options.get("max_drop", 0.01)),
-                preset=preset, target_device=target, subset_size=n)
+                preset=preset, target_device=target, subset_size=n, advanced_quantization_parameters=advanced)
             mode = "accuracy-control"
         else:
             job.log(f"nncf.quantize ({n} samples, subset_size={n}, target {target.value}, preset {preset.value})")
-            qmodel = nncf.quantize(model, calib, preset=preset, target_device=target, subset_size=n)
+            qmodel = nncf.quantize(model, calib, preset=preset, target_device=target, subset_size=n,
+                                   advanced_parameters=advanced)
             mode = "post-training"
     except Exception as exc:  # noqa: BLE001 - NNCF raises many types
         raise ConversionError(f"NNCF quantization failed: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__}",
@@ -108,7 +118,8 @@ def convert(job: ConvertJob) -> FormatResult:
         tools={"openvino": ov.get_version(), "nncf": nncf.__version__},
         route=f"{job.source.format} -> openvino.convert_model({Path(read_from).suffix or 'dir'}) -> reshape static -> nncf {mode}",
         backend_options={"openvino": {"nncf_mode": mode, "nncf_subset_size": n, "nncf_preset": preset.value,
-                                      "nncf_target_device": target.value, "int8_evidence": evidence_saved,
+                                      "nncf_target_device": target.value,
+                                      "nncf_activation_range": spec.calibration_method, "int8_evidence": evidence_saved,
                                       "weights_compressed_to_fp16": False}},
     )
 
