@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 
 import click
 
@@ -84,11 +85,16 @@ def bench(artifacts, profile, runs, warmup, duration, threads, strict, power, in
         from ._deps import require
 
         require("matplotlib", "bench --plot", extra="plot")
-    report = benchmark(list(artifacts), runs=runs, warmup=warmup, duration_s=duration, threads=threads,
-                       strict=strict, power=power, idle_s=idle_s, profile=profile, image=image,
-                       backend=backend, device=device, fail_if=fail_if, verify=not no_verify,
-                       sample_interval_s=interval_ms / 1000.0,
-                       progress=ProgressPrinter())
+    with warnings.catch_warnings(record=True) as caught:
+        # a fallback warning is news, not a bug: one plain line instead of Python's source-line format
+        warnings.simplefilter("always")
+        report = benchmark(list(artifacts), runs=runs, warmup=warmup, duration_s=duration, threads=threads,
+                           strict=strict, power=power, idle_s=idle_s, profile=profile, image=image,
+                           backend=backend, device=device, fail_if=fail_if, verify=not no_verify,
+                           sample_interval_s=interval_ms / 1000.0, progress=ProgressPrinter())
+    for w in caught:
+        if issubclass(w.category, UserWarning):
+            click.echo(f"warning: {w.message}", err=True)
     if json_path == "-":
         emit_json(report.to_dict())
     else:

@@ -131,3 +131,11 @@ def test_bench_never_imports_tensorflow(arts):
             "assert not bad, bad\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_fallback_is_one_warning_line(arts, capsys):
+    out = arts["intel-cpu"].parent
+    assert main(["bench", str(out), "--profile", "jetson", "--runs", "3", "--warmup", "0", "--power", "none"]) == 0
+    cap = capsys.readouterr()
+    assert "warning: jetson-orin: running on onnxruntime/CPUExecutionProvider" in cap.err
+    assert "FallbackWarning" not in cap.err and "(fallback)" in cap.out

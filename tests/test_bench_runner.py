@@ -54,7 +54,8 @@ def test_convert_folder_runs_native_profiles_and_says_what_it_skipped(convert_ou
 
 
 def test_profile_pick_runs_fallback_and_reports_it(convert_out):
-    rep = benchmark(convert_out, profile="jetson", runs=10, warmup=1, power="none", threads=1)
+    with pytest.warns(UserWarning, match="jetson-orin: running on onnxruntime/CPUExecutionProvider"):
+        rep = benchmark(convert_out, profile="jetson", runs=10, warmup=1, power="none", threads=1)
     (r,) = rep.results
     assert r.profile == "jetson-orin" and r.backend == "onnxruntime/CPUExecutionProvider" and r.fallback
     assert r.threads == 1 and "disabled" in r.power["reason"]
