@@ -82,6 +82,10 @@ def test_ina3221_nano_iio(tmp_path, monkeypatch):
 def test_combine_rules():
     assert combine(["VDD_IN", "VDD_SOC"])[0] == ["VDD_IN"]
     assert combine(["NC", "VDD_GPU_SOC", "VDD_CPU_CV"])[0] == ["VDD_GPU_SOC", "VDD_CPU_CV"]
+    # TX2: module and carrier board in parallel; their sub-rails are not added
+    assert combine(["VDD_SYS_GPU", "VDD_SYS_SOC", "VDD_IN", "VDD_SYS_CPU", "VDD_MUX", "VDD_5V0_IO_SYS"])[0] == \
+        ["VDD_IN", "VDD_MUX"]
+    assert combine(["5V_IN", "VDD_CPU_GPU", "VDD_SOC"])[0] == ["5V_IN"]
     with pytest.raises(ValueError):
         combine(["NC", "sum of shunt voltages"])
 

@@ -4,13 +4,17 @@ The INA3221 monitors on Jetson modules measure several rails, and on most module
 them is the module's total input, upstream of the others. Adding it to the rest would
 count the same watts twice, so when a total rail is present it is used alone:
 
-- Orin NX / Orin Nano, Xavier NX, TX2: ``VDD_IN`` is the total (``VDD_CPU_GPU_CV``,
-  ``VDD_SOC`` ... are inside it).
+- Orin NX / Orin Nano, Xavier NX (documented as ``5V_IN``), TX2 NX: ``VDD_IN`` is the module's
+  total (``VDD_CPU_GPU_CV``, ``VDD_SOC`` ... are inside it).
 - Nano (JetPack 4): ``POM_5V_IN`` is the total (``POM_5V_GPU``, ``POM_5V_CPU`` inside it).
+- TX1 / TX2: ``VDD_IN`` (module) and ``VDD_MUX`` (carrier board) branch in parallel from the
+  supply, so both are added; the rails downstream of either are not.
 - AGX Xavier (``GPU CPU SOC CV VDDRQ SYS5V``) and AGX Orin (``VDD_GPU_SOC VDD_CPU_CV
-  VIN_SYS_5V0 VDDQ_VDD2_1V8AO``) have no total rail: the named rails are summed.
+  VIN_SYS_5V0 VDDQ_VDD2_1V8AO``) have no total rail: the named rails are summed (on AGX
+  Xavier they are fed separately from SYS_VIN_HV / SYS_VIN_MV, per its design guide).
 
 Unconnected channels (``NC``) and the hwmon "sum of shunt voltages" pseudo channel are ignored.
+The chosen rails and the rule are written into the report, so a reader can check them.
 """
 
 from __future__ import annotations
@@ -18,7 +22,10 @@ from __future__ import annotations
 import re
 
 #: Rails that are the module's total input, most specific first.
-TOTAL_RAILS = ("VDD_IN", "POM_5V_IN", "VIN")
+TOTAL_RAILS = ("VDD_IN", "POM_5V_IN", "5V_IN")
+
+#: Top-level rails in parallel with the total (carrier board supply on TX1/TX2): added to it.
+PARALLEL_RAILS = ("VDD_MUX",)
 
 _IGNORED = re.compile(r"^(NC|N/A|sum of shunt voltages|)$", re.IGNORECASE)
 
@@ -46,8 +53,12 @@ def combine(rails: list[str]) -> tuple[list[str], str]:
     named = [r for r in rails if not _IGNORED.match(r.strip())]
     for total in TOTAL_RAILS:
         if total in named:
-            others = [r for r in named if r != total]
-            return [total], f"total rail {total} (not adding {', '.join(others) or 'nothing'}: inside it)"
+            used = [total] + [r for r in PARALLEL_RAILS if r in named]
+            others = [r for r in named if r not in used]
+            label = " + ".join(used)
+            return used, (f"total rail {label} (not adding {', '.join(others) or 'nothing'}: inside it)"
+                          if len(used) == 1 else
+                          f"module + carrier rails {label} (in parallel; not adding {', '.join(others) or 'nothing'})")
     if not named:
         raise ValueError(f"no named rail among {rails!r}")
     return named, "sum of rails " + " + ".join(named) + " (no total input rail on this module)"
