@@ -36,7 +36,8 @@ def test_no_sensor_is_unavailable_with_reason_never_zero(root):
 
 
 def test_rapl_sums_packages_not_subzones(root):
-    fs.rapl_tree(root, {"intel-rapl:0": "package-0", "intel-rapl:0:0": "core", "intel-rapl:1": "package-1"})
+    fs.rapl_tree(root, {"intel-rapl:0": "package-0", "intel-rapl:0:0": "core", "intel-rapl:1": "package-1",
+                        "intel-rapl-mmio:0": "package-0"})
     fs.put(root, "/sys/class/powercap/intel-rapl:0/energy_uj", 2_000_000)
     fs.put(root, "/sys/class/powercap/intel-rapl:1/energy_uj", 500_000)
     src = RaplSource.find()

@@ -84,7 +84,7 @@ SOURCES: Registry[type[PowerSource]] = Registry("power source", InputValidationE
 class RaplSource(PowerSource):
     """Intel/AMD RAPL energy counters under ``/sys/class/powercap``.
 
-    Only top-level zones (``intel-rapl:N``, one per package, or ``psys`` = the whole
+    Only top-level zones (``intel-rapl:N``, one per package, also on AMD Zen, or ``psys`` = the whole
     platform) are summed: sub-zones (``intel-rapl:N:M``, core/uncore/dram) are already
     inside their package, and when ``psys`` exists it alone is used because it contains
     the packages. Counters are microjoules and wrap at ``max_energy_range_uj``.
@@ -102,7 +102,8 @@ class RaplSource(PowerSource):
     @classmethod
     def find(cls) -> "RaplSource":
         zones = [z for z in hostinfo.sysfs_glob("/sys/class/powercap/*")
-                 if re.fullmatch(r"(intel-rapl|amd-rapl|intel-rapl-mmio):\d+", PurePosixPath(z).name)]
+                 # intel-rapl-mmio:N is the same package domain through MMIO (for power limits): not added again
+                 if re.fullmatch(r"(intel-rapl|amd-rapl):\d+", PurePosixPath(z).name)]
         if not zones:
             raise SensorUnavailable("no RAPL zones under /sys/class/powercap (not an Intel/AMD host, "
                                     "or the intel_rapl/amd_energy driver is not loaded)")
