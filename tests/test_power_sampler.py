@@ -99,3 +99,28 @@ def test_sampler_marks_bracket_the_window():
     assert [v for _, v in pts] == sorted(v for _, v in pts)
     with pytest.raises(ValueError):
         Sampler(lambda: 0, 0)
+
+
+def test_nvml_energy_counter_through_a_fake_pynvml(root, monkeypatch):
+    """No NVIDIA GPU here: a stand-in pynvml whose energy counter grows at 50 W checks our handling."""
+    import sys
+    import types
+
+    t0 = time.perf_counter()
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None, nvmlDeviceGetHandleByIndex=lambda i: "gpu0",
+        nvmlDeviceGetTotalEnergyConsumption=lambda h: int(1e6 + 50_000 * (time.perf_counter() - t0)),  # mJ
+        nvmlDeviceGetPowerUsage=lambda h: 50_000)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    mon = PowerMonitor("nvml", interval_s=0.01)
+    assert mon.source.kind == "energy" and "not the host" in mon.source.description
+    block = _window(mon, 0.3, inferences=30)
+    assert block["available"] and block["avg_w"] == pytest.approx(50.0, rel=0.02)
+    def not_supported(handle):
+        raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+
+    fake.nvmlDeviceGetTotalEnergyConsumption = not_supported
+    mon = PowerMonitor("nvml", interval_s=0.01)  # pre-Volta: no energy counter, sampled power instead
+    assert mon.source.kind == "power"
+    block = _window(mon, 0.1, inferences=10)
+    assert block["avg_w"] == pytest.approx(50.0)

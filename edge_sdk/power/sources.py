@@ -235,13 +235,17 @@ class HwmonSource(PowerSource):
 class NvmlSource(PowerSource):
     """NVIDIA GPU board power: NVML through ``pynvml`` when importable, else ``nvidia-smi``.
 
-    Both report the GPU board only, not the host; the description says so.
+    With NVML on Volta and newer GPUs the board's energy counter
+    (``nvmlDeviceGetTotalEnergyConsumption``, mJ since the driver loaded) is used, so the
+    window's energy is a counter difference; otherwise power readings are sampled. Both
+    report the GPU board only, not the host; the description says so.
     """
 
     name = "nvml"
 
-    def __init__(self, description: str, handle=None, smi: str | None = None):
-        super().__init__(description)
+    def __init__(self, description: str, handle=None, smi: str | None = None, energy: bool = False):
+        self.kind = "energy" if energy else "power"  # type: ignore[misc] - per instance
+        super().__init__(description, [None] if energy else None)
         self._handle = handle
         self._smi = smi
 
@@ -252,21 +256,33 @@ class NvmlSource(PowerSource):
 
             pynvml.nvmlInit()
             handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-            pynvml.nvmlDeviceGetPowerUsage(handle)
-            return cls("NVML nvmlDeviceGetPowerUsage, GPU 0 board power (not the host)", handle=handle)
         except Exception:  # noqa: BLE001 - pynvml missing or no driver: try nvidia-smi next
-            pass
+            handle = None
+        if handle is not None:
+            try:
+                pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+                return cls("NVML nvmlDeviceGetTotalEnergyConsumption, GPU 0 board energy counter (not the host)",
+                           handle=handle, energy=True)
+            except Exception:  # noqa: BLE001 - pre-Volta GPUs: NVML_ERROR_NOT_SUPPORTED
+                pass
+            try:
+                pynvml.nvmlDeviceGetPowerUsage(handle)
+                return cls("NVML nvmlDeviceGetPowerUsage, GPU 0 board power (not the host)", handle=handle)
+            except Exception:  # noqa: BLE001
+                pass
         smi = shutil.which("nvidia-smi")
         if smi is None:
-            raise SensorUnavailable("neither pynvml nor nvidia-smi is available (no NVIDIA driver)")
+            raise SensorUnavailable("neither pynvml (with a working driver) nor nvidia-smi is available")
         src = cls("nvidia-smi --query-gpu=power.draw, GPU 0 board power (not the host)", smi=smi)
         src.read()
         return src
 
-    def read(self) -> float:
+    def read(self):
         if self._handle is not None:
             import pynvml  # type: ignore[import-not-found]
 
+            if self.kind == "energy":
+                return [pynvml.nvmlDeviceGetTotalEnergyConsumption(self._handle) / 1000.0]
             return pynvml.nvmlDeviceGetPowerUsage(self._handle) / 1000.0
         try:
             out = subprocess.run([self._smi, "--query-gpu=power.draw", "--format=csv,noheader,nounits", "-i", "0"],
