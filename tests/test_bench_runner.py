@@ -97,6 +97,8 @@ def test_bad_options_fail_before_running(arts):
         benchmark(arts["intel-cpu"], power="thermometer")
     with pytest.raises(ModelLoadError):
         benchmark(arts["float_onnx"].parent / "no-such-folder")
+    with pytest.raises(InputValidationError, match="--image"):
+        benchmark(arts["intel-cpu"], image=str(arts["float_onnx"]))  # not an image
 
 
 def test_gates_and_two_artifacts_side_by_side(arts):

@@ -16,7 +16,7 @@ from edge_sdk import hostinfo
 from . import environment
 from .gates import budget_gates, evaluate, parse_gate
 from .report import SCHEMA_VERSION, BenchReport, BenchResult, to_markdown
-from .runner import BenchConfig, Progress, run_one
+from .runner import BenchConfig, Progress, load_image, run_one
 from .targets import expand
 
 
@@ -62,6 +62,8 @@ def benchmark(artifacts: str | Path | Iterable[str | Path], *, runs: int = 100, 
                       power=power, idle_s=idle_s, image=image, backend=backend, device=device,
                       sample_interval_s=sample_interval_s, verify=verify).check()
     gates = [parse_gate(g) for g in fail_if]
+    if image is not None:
+        load_image(image)  # a bad --image fails now, not after the first artifact's measurements
     from edge_sdk.power import open_source
 
     src, _ = open_source(power)  # validate --power before the first load; reopened per artifact

@@ -1,6 +1,6 @@
 """Run the benchmark of one artifact: load, cold inference, warm-up, timed loop, memory, power.
 
-The order matters for honest numbers: load time is file-to-ready; the first inference is
+The order matters for honest numbers: load time is file-to-ready (hash check included unless verify=False); the first inference is
 timed on its own (it pays lazy allocations and kernel selection); warm-up runs are not
 recorded; the idle baseline is taken with the model loaded but doing nothing; then the
 timed loop runs between two synchronous power samples, so energy covers exactly that loop.
@@ -141,6 +141,22 @@ def make_feed(inputs: list[Any], seed: int = 0) -> dict[str, np.ndarray]:
     return feed
 
 
+def load_image(path: str) -> np.ndarray:
+    """Decode the ``--image`` file once (RGB uint8), so the timed loop measures preprocessing, not I/O.
+
+    Raises:
+        InputValidationError: the file is missing or not an image PIL can read.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as img:
+            return np.asarray(img.convert("RGB"))
+    except (OSError, UnidentifiedImageError, ValueError) as exc:
+        raise InputValidationError(f"--image {path}: cannot read it as an image ({exc}).",
+                                   "Pass a JPEG/PNG/BMP file the model's preprocessing can take.") from None
+
+
 def _details(model: Any) -> dict[str, Any]:
     """The runner's ``details`` (precision actually used ...), wherever the facade keeps them."""
     for obj in (model, getattr(model, "runner", None), getattr(model, "_runner", None)):
@@ -193,11 +209,7 @@ def run_one(target: Target, cfg: BenchConfig, progress: Progress | None = None) 
 def _measure(model, target, cfg, manifest, monitor, mem, load_ms, progress) -> BenchResult:
     rss_loaded = rss_mb()
     feed = make_feed(model.inputs, cfg.seed)
-    image = None
-    if cfg.image:
-        from PIL import Image
-
-        image = np.asarray(Image.open(cfg.image).convert("RGB"))
+    image = load_image(cfg.image) if cfg.image else None
 
     def once():
         if image is not None:  # decoded once: we time resize/normalize + inference, not file I/O
