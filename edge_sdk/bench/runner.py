@@ -2,8 +2,9 @@
 
 The order matters for honest numbers: load time is file-to-ready (the hash check included
 unless ``verify=False``); the first inference is timed on its own (it pays lazy allocations
-and kernel selection); warm-up runs are not recorded; the idle baseline is taken with the model loaded but doing nothing; then the
-timed loop runs between two synchronous power samples, so energy covers exactly that loop.
+and kernel selection); warm-up runs are not recorded; the idle baseline is taken with the
+model loaded but doing nothing; then the timed loop runs between two synchronous power
+samples, so energy covers exactly that loop.
 Every latency is the wall time of one ``model.infer`` call (``perf_counter_ns``), what an
 application calling the SDK waits; the backend's own ``timings['inference']`` is kept
 beside it as ``inference_ms``.
