@@ -43,6 +43,12 @@ def test_wheel_layout(wheel):
     assert "edge_sdk/converters/__init__.py" in names
     for prof in ("jetson-orin", "intel-cpu", "intel-npu", "coral-edgetpu", "arm-cpu"):
         assert f"edge_sdk/device_profiles/{prof}.toml" in names
+    # Every package in the source tree is in the wheel (a forgotten subpackage breaks a real install).
+    for init in REPO.glob("edge_sdk/**/__init__.py"):
+        assert init.relative_to(REPO).as_posix() in names, init
+    for top, pkg in (("converters", "converters"), ("runtimes", "runtimes")):
+        for mod in (REPO / top).glob("*.py"):
+            assert f"edge_sdk/{pkg}/{mod.name}" in names, mod
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "edge-sdk = edge_sdk.cli:run" in zipfile.ZipFile(wheel).read(entry).decode()
 
