@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from edge_sdk import preprocess as pp
 from edge_sdk import typed
+from edge_sdk._deps import version_of
 from edge_sdk._version import __version__
 from edge_sdk.errors import AccuracyGateError, CalibrationError, ConversionError, InputValidationError
 from edge_sdk.fsutil import staging_dir
@@ -313,6 +314,9 @@ def _manifest(source: SourceModel, prof: Profile, prep: _Prepared, results: dict
         tools.update(r.tools)
         backend_options.update(r.backend_options)
         backend_options["routes"][fmt] = r.route
+    if source.format != "onnx":  # the static float ONNX every format starts from came from tf2onnx
+        tools.setdefault("tf2onnx", version_of("tf2onnx") or "")
+        tools.setdefault("tensorflow", version_of("tensorflow") or "")
     cs = prep.calib
     spec = cs.preprocess.to_dict() if cs.preprocess else None
     static = prep.shapes.to_manifest(source.inputs)

@@ -9,6 +9,7 @@ shapes fixed, whose tensor names match the source's.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Callable
 
@@ -179,6 +180,7 @@ def fix_onnx_shapes(model, input_shapes: dict[str, list[int]]):
     """
     onnx = require("onnx", "fixing ONNX shapes")
     ort = require("onnxruntime", "fixing ONNX shapes")
+    check_ops(model)
     inits = {i.name for i in model.graph.initializer}
     for vi in model.graph.input:
         if vi.name in inits:
@@ -196,7 +198,7 @@ def fix_onnx_shapes(model, input_shapes: dict[str, list[int]]):
         feed = {i.name: np.zeros(input_shapes[i.name], dtype=_ort_dtype(i.type)) for i in sess.get_inputs()}
         real = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed)))
     except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types
-        raise ConversionError(f"The model does not run with the static input shapes {input_shapes}: {str(exc)[:300]}",
+        raise ConversionError(f"The model does not run with the static input shapes {input_shapes}: {_ort_message(exc)}",
                               "Check --input-shape values against what the model accepts.") from None
     for vi in model.graph.output:
         shape = real[vi.name].shape
@@ -208,6 +210,39 @@ def fix_onnx_shapes(model, input_shapes: dict[str, list[int]]):
         for s in shape:
             tt.shape.dim.add().dim_value = int(s)
     return model
+
+
+#: Op domains the conversion tools know (ONNX Runtime contrib ops are checked by ORT itself).
+_KNOWN_DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
+
+
+def check_ops(model) -> None:
+    """Refuse ops no target here can run (custom domains, unknown op names), naming each one.
+
+    Raises:
+        ConversionError: listing the unsupported ops and the nodes that use them.
+    """
+    from onnx import defs
+
+    bad: dict[str, list[str]] = {}
+    for node in model.graph.node:
+        if node.domain == "com.microsoft":
+            continue
+        known = node.domain in _KNOWN_DOMAINS and defs.has(node.op_type, node.domain or "")
+        if not known:
+            key = f"{node.domain + '::' if node.domain else ''}{node.op_type}"
+            bad.setdefault(key, []).append(node.name or "<unnamed>")
+    if bad:
+        listing = "; ".join(f"{op} (nodes: {', '.join(nodes[:3])}{'...' if len(nodes) > 3 else ''})" for op, nodes in bad.items())
+        raise ConversionError(f"The model uses op(s) that ONNX Runtime, OpenVINO and TFLite cannot run: {listing}.",
+                              "Replace them with standard ONNX ops before export (or register the custom op "
+                              "in every target runtime).")
+
+
+def _ort_message(exc: BaseException) -> str:
+    """ORT's message without its C++ source location and signature."""
+    text = re.sub(r"/onnxruntime_src/\S+ [^)]*\)\s*", "", str(exc))
+    return text.strip()[:300]
 
 
 def _ort_dtype(type_str: str):

@@ -216,3 +216,40 @@ def test_cli_error_has_no_traceback_and_the_right_exit_code(data, tmp_path):
     assert proc.returncode == 3 and "Traceback" not in proc.stderr
     assert "--input-shape image:1,3,<size>,16" in proc.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_nncf_accuracy_control_uses_the_validation_function(data, tmp_path):
+    import onnxruntime as ort
+
+    ref = ort.InferenceSession(str(data["two"]), providers=["CPUExecutionProvider"])
+    calls = []
+
+    def validate(compiled, items):
+        calls.append(1)
+        agree = [np.argmax(compiled(item)["logits"]) == np.argmax(ref.run(["logits"], item)[0]) for item in items]
+        return float(np.mean(agree))
+
+    s = edge_sdk.convert(data["two"], "intel-cpu", tmp_path / "out", calib=data["two_npz"],
+                         input_shapes={"image": [1, 3, 24, 16]}, validation_fn=validate, progress=None)
+    m = read_manifest(tmp_path / "out" / "intel-cpu")
+    assert calls and s.profiles[0].gate == "passed"
+    assert m.backend_options["openvino"]["nncf_mode"] == "accuracy-control"
+    assert m.backend_options["openvino"]["nncf_subset_size"] == 96  # the real count, not NNCF's default 300
+
+
+def test_an_op_the_tools_cannot_run_is_one_clear_error(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    from edge_sdk.errors import ConversionError
+
+    node = helper.make_node("FancyWarp", ["x"], ["y"], domain="com.example")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    onnx.save(model, str(tmp_path / "custom.onnx"))
+    np.save(tmp_path / "x.npy", np.ones((4, 1, 4), np.float32)[:, 0])
+    with pytest.raises((ConversionError, ModelLoadError)) as err:
+        edge_sdk.convert(tmp_path / "custom.onnx", "intel-cpu", tmp_path / "out", calib=tmp_path / "x.npy", progress=None)
+    assert "FancyWarp" in err.value.message or "com.example" in err.value.message, err.value.message
+    assert not (tmp_path / "out").exists()
