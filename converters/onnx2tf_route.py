@@ -72,6 +72,54 @@ def _is_image_nchw(shape: list[int]) -> bool:
     return len(shape) == 4 and shape[1] == 3 and shape[2] > 3 and shape[3] > 3
 
 
+def _is_image_nhwc(shape: list[int]) -> bool:
+    return len(shape) == 4 and shape[3] in (1, 3, 4) and shape[1] > 4 and shape[2] > 4
+
+
+def _variants(name: str) -> list[str]:
+    """The name as given and as onnx2tf rewrites it (':' -> '__', leading '/' -> 'wa/')."""
+    fixed = name.replace(":", "__")
+    return sorted({name, fixed, re.sub("^/", "wa/", fixed)})
+
+
+def _layout_args(input_shapes: dict[str, list[int]], keep_layout: bool) -> dict[str, list[str]]:
+    """onnx2tf's keep-layout options per input.
+
+    onnx2tf assumes channel-first ONNX and moves channels last. An input that is already
+    channel-last (a model exported from TF) must be declared NHWC or onnx2tf treats its width as
+    channels; an NCHW image input is kept NCHW when ``keep_layout`` (a TRANSPOSE goes inside the
+    model); any other rank-3..5 input keeps its shape as given.
+    """
+    ncw, nwc, absolute = [], [], []
+    for name, shape in input_shapes.items():
+        if _is_image_nchw(shape):
+            if keep_layout:
+                ncw += _variants(name)
+        elif _is_image_nhwc(shape):
+            nwc += _variants(name)
+        elif len(shape) in (3, 4, 5):
+            absolute += _variants(name)
+    return {"keep_ncw_or_nchw_or_ncdhw_input_names": ncw, "keep_nwc_or_nhwc_or_ndhwc_input_names": nwc,
+            "keep_shape_absolutely_input_names": absolute}
+
+
+def _static_copy(onnx_path: Path, input_shapes: dict[str, list[int]], work: Path) -> Path:
+    """A copy of the model with every input dim fixed (onnx2tf's own shape override goes through
+    onnxsim's ``name:dims`` syntax, which breaks on names containing ':')."""
+    import onnx
+
+    model = onnx.load(str(onnx_path))
+    for inp in model.graph.input:
+        if inp.name in input_shapes:
+            dims = inp.type.tensor_type.shape.dim
+            for dim, value in zip(dims, input_shapes[inp.name]):
+                dim.Clear()
+                dim.dim_value = int(value)
+    path = work / "static_input.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
 def _write_sample_file(workdir: Path, input_shapes: dict[str, list[int]], calib: list[dict]) -> None:
     """Write onnx2tf's sample-image file from our calibration feeds (NHWC, float32, >= 20 rows)."""
     images = []
@@ -180,12 +228,10 @@ def onnx_to_savedmodel(
     log = work / LOG_NAME
     _write_sample_file(work, input_shapes, calib)
     args = {
-        "input_onnx_file_path": str(Path(onnx_path).resolve()),
+        "input_onnx_file_path": str(_static_copy(Path(onnx_path), input_shapes, work)),
         "output_folder_path": str(out),
-        "overwrite_input_shape": [f"{n}:{','.join(str(d) for d in s)}" for n, s in input_shapes.items()],
+        **_layout_args(input_shapes, keep_layout),
     }
-    if keep_layout:
-        args["keep_ncw_or_nchw_or_ncdhw_input_names"] = [n for n, s in input_shapes.items() if len(s) in (3, 4, 5)]
     (work / "args.json").write_text(json.dumps(args), encoding="utf-8")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="-1", PYTHONUNBUFFERED="1")
     try:

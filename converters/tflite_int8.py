@@ -175,7 +175,9 @@ def _from_savedmodel_dir(job: ConvertJob, path: Path, perms: dict[str, list[int]
     names = [s.name for s in job.source.inputs]
     keymap = {}
     for i, name in enumerate(names):
-        keymap[name] = name if name in sig_keys else _sanitize(name) if _sanitize(name) in sig_keys else sig_keys[i]
+        # The key as given, as we sanitise names, as onnx2tf does (':' -> '__'), else by position.
+        found = [k for k in (name, _sanitize(name), name.replace(":", "__")) if k in sig_keys]
+        keymap[name] = found[0] if found else sig_keys[i]
     out_names = [s.name for s in job.source.outputs]
 
     def fn(*args):
