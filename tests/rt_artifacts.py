@@ -89,7 +89,7 @@ def build_openvino_ir(onnx_path: Path, xml_path: Path) -> Path:
     return xml_path
 
 
-def build_tflite_pair(folder: Path) -> tuple[Path, Path]:
+def build_tflite_pair(folder: Path, *, hw: int = 8, channels: int = 4, blocks: int = 1) -> tuple[Path, Path]:
     """Full-integer TFLite models from one tiny Keras model: (uint8 I/O, float I/O)."""
     import os
 
@@ -97,14 +97,16 @@ def build_tflite_pair(folder: Path) -> tuple[Path, Path]:
     import tensorflow as tf
 
     tf.keras.utils.set_random_seed(0)
-    inp = tf.keras.Input(shape=IN_SHAPE[1:], batch_size=1, name="input")
-    x = tf.keras.layers.Conv2D(4, 3, padding="same", activation="relu")(inp)
+    inp = tf.keras.Input(shape=[hw, hw, 3], batch_size=1, name="input")
+    x = inp
+    for _ in range(blocks):
+        x = tf.keras.layers.Conv2D(channels, 3, padding="same", activation="relu")(x)
     x = tf.keras.layers.GlobalAveragePooling2D()(x)
     out = tf.keras.layers.Dense(4, name="logits")(x)
     model = tf.keras.Model(inp, out)
 
     def rep():
-        for x in sample_inputs(16, seed=1):
+        for x in sample_inputs(16, seed=1, shape=[1, hw, hw, 3]):
             yield [x]
 
     paths = []
@@ -179,10 +181,13 @@ def build_onnx_family(work: Path, root: Path, *, hw: int = 8, channels: int = 4,
     return out
 
 
-def build_tflite_family(work: Path, root: Path, qdq_onnx: Path) -> dict[str, Path]:
-    """The TFLite artifacts (TensorFlow at build time only): coral-edgetpu and arm-cpu."""
+def build_tflite_family(work: Path, root: Path, qdq_onnx: Path, **size) -> dict[str, Path]:
+    """The TFLite artifacts (TensorFlow at build time only): coral-edgetpu and arm-cpu.
+
+    ``size`` (hw, channels, blocks) must match the one ``qdq_onnx`` was built with.
+    """
     work.mkdir(parents=True, exist_ok=True)
-    u8, f_io = build_tflite_pair(work)
+    u8, f_io = build_tflite_pair(work, **size)
     ins, outs = tflite_io_specs(u8)
     out = {"tflite_uint8": u8, "tflite_float_io": f_io}
     out["coral-edgetpu"] = write_artifact(root / "coral-edgetpu", "coral-edgetpu",

@@ -90,3 +90,38 @@ def test_run_tampered_exits_4(cli, arts, npy, tmp_path):
 def test_run_missing_input_file(cli, arts, tmp_path):
     r = cli("run", str(arts["intel-cpu"]), "--input", str(tmp_path / "nope.npy"))
     assert r.returncode != 0 and "Traceback" not in r.stderr
+
+
+# ------------------------------------------------------------------ examples/device_app.py
+def device_app(*args):
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    return subprocess.run([sys.executable, str(REPO / "examples" / "device_app.py"), *map(str, args)],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_device_app_loops_and_skips_bad_inputs(arts, npy, tmp_path):
+    bad = tmp_path / "bad.npy"
+    np.save(bad, np.zeros((1, 3, 8, 8), np.float32))
+    r = device_app(arts["intel-cpu"], npy, bad, npy, "--strict")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("top-3") == 2 and "on CPU" in r.stdout
+    assert "skipping" in r.stderr and "expected shape" in r.stderr and "done: 2 ok, 1 skipped" in r.stderr
+
+
+def test_device_app_strict_refuses_and_fallback_is_logged(arts, npy):
+    r = device_app(arts["jetson-orin"], npy, "--strict")
+    assert r.returncode == 5 and "accelerator unavailable" in r.stderr
+    r = device_app(arts["jetson-orin"], npy, "--strict", "--allow-fallback")
+    assert r.returncode == 0, r.stderr
+    assert "FALLBACK" in r.stderr and "CPUExecutionProvider" in r.stdout
+
+
+def test_device_app_refuses_a_tampered_artifact(arts, npy, tmp_path):
+    folder = ra.copy_artifact(arts["intel-cpu"], tmp_path / "a")
+    (folder / "model.xml").write_text((folder / "model.xml").read_text().replace("<net", "<net ", 1))
+    r = device_app(folder, npy)
+    assert r.returncode == 4 and "cannot load" in r.stderr
