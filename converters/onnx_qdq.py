@@ -101,7 +101,8 @@ def _tensorrt(job: ConvertJob, result: FormatResult) -> None:
     network = builder.create_network(0)
     parser = trt.OnnxParser(network, logger)
     if not parser.parse((job.workdir / MODEL_FILE).read_bytes()):
-        raise ConversionError("TensorRT could not parse the int8 ONNX: " + str(parser.get_error(0)))
+        raise ConversionError("TensorRT could not parse the int8 ONNX: " + str(parser.get_error(0)),
+                              "An op may be unsupported by this TensorRT version; try an Intel or ARM profile.")
     config = builder.create_builder_config()
     config.set_flag(trt.BuilderFlag.INT8)
     engine = builder.build_serialized_network(network, config)
@@ -109,17 +110,32 @@ def _tensorrt(job: ConvertJob, result: FormatResult) -> None:
         raise ConversionError("TensorRT could not build an engine from the int8 ONNX.")
     (job.workdir / ENGINE_FILE).write_bytes(bytes(engine))
     result.extra_files.append((ENGINE_FILE, "engine"))
-    info = {"tensorrt_version": trt.__version__}
-    try:
-        from cuda import cudart  # type: ignore
-
-        _, major = cudart.cudaDeviceGetAttribute(cudart.cudaDeviceAttr.cudaDevAttrComputeCapabilityMajor, 0)
-        _, minor = cudart.cudaDeviceGetAttribute(cudart.cudaDeviceAttr.cudaDevAttrComputeCapabilityMinor, 0)
-        info["compute_capability"] = f"{major}.{minor}"
-    except Exception:  # noqa: BLE001
-        result.warnings.append("GPU compute capability unknown (cuda-python not importable)")
+    # The runtime refuses an engine whose TensorRT version or GPU architecture differs
+    # (runtimes/tensorrt.py reads these two keys).
+    info = {"version": trt.__version__, "engine_file": ENGINE_FILE}
+    cc = _compute_capability()
+    if cc:
+        info["compute_capability"] = cc
+    else:
+        result.warnings.append("GPU compute capability unknown (cuda-python not importable): the device will "
+                               "rebuild the engine from model.onnx")
     result.backend_options["tensorrt"].update(info)
     result.tools["tensorrt"] = trt.__version__
+
+
+def _compute_capability() -> str | None:
+    """``major.minor`` of GPU 0 via cuda-python (what the runtime compares against), else None."""
+    import importlib
+
+    for name in ("cuda.bindings.runtime", "cuda.cudart"):
+        try:
+            cudart = importlib.import_module(name)
+        except ImportError:
+            continue
+        err, props = cudart.cudaGetDeviceProperties(0)
+        if int(err) == 0:
+            return f"{props.major}.{props.minor}"
+    return None
 
 
 def convert(job: ConvertJob) -> FormatResult:
