@@ -17,7 +17,6 @@ make the TFLite model, and must not sit in the measuring process).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys

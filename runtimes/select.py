@@ -23,7 +23,7 @@ from edge_sdk.manifest import MANIFEST_NAME, Manifest, find_profile_folders, is_
 from edge_sdk.profiles import Profile, RuntimeStep, parse_profile, resolve_profile
 from edge_sdk.registry import Registry
 
-from .base import FallbackWarning, Runner, RunnerConfig
+from .base import FallbackWarning, Runner
 from .probe import host_matches, probe_step
 
 #: backend name -> runner class ("module:attr", imported only when that backend is used).
