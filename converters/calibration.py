@@ -200,6 +200,9 @@ def load_calibration(calib, inputs: list[TensorSpec], shapes: dict[str, list[int
                                "(one to calibrate, one for the accuracy gate).")
     batch = max(s[0] if s else 1 for s in shapes.values())
     arrays, kind, total, spec_used, warnings = _read(calib, inputs, shapes, preprocess, count, batch)
+    if spec_used is None and preprocess is not None:
+        # Arrays were preprocessed by the user: record the spec they name so the runtime repeats it.
+        spec_used = preprocess
     used = total // batch * batch
     if count is not None and count * batch < used:
         warnings.append(f"using {count * batch} of {total} calibration samples (--calib-count {count})")

@@ -12,7 +12,6 @@ releases); the manifest records how. Where ``tensorrt`` imports here, the engine
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import numpy as np
 
