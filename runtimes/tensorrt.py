@@ -3,8 +3,9 @@
 TensorRT engines do not travel across TensorRT versions or GPU architectures. A
 ``tensorrt-engine`` artifact records both in ``backend_options["tensorrt"]``
 (``version``, ``compute_capability``) and is refused here when either differs. For an
-``onnx-qdq`` artifact the engine is built once on the device (explicit int8 from the Q/DQ
-nodes) and cached under the cache folder, keyed by model hash, TensorRT version and GPU.
+``onnx-qdq`` artifact, the engine the converter shipped beside it (role ``engine``) is used when
+it fits; otherwise the engine is built once on the device (explicit int8 from the Q/DQ nodes)
+and cached under the cache folder, keyed by model hash, TensorRT version and GPU.
 
 Device buffers are managed with ``cuda-python`` (``cuda.bindings.runtime`` or ``cuda.cudart``),
 which JetPack images ship. Not exercised on the CI host (no NVIDIA GPU); the compatibility
@@ -91,7 +92,7 @@ class TensorRTRunner(Runner):
         logger = trt.Logger(trt.Logger.WARNING)
         path = self.config.model_path
         if path.suffix.lower() == ".onnx":
-            blob = self._build_or_load(trt, logger, cc)
+            blob = self._shipped_engine(trt, cc) or self._build_or_load(trt, logger, cc)
         else:
             check_engine_compat(self.config.backend_options.get("tensorrt", {}), trt.__version__, cc)
             blob = path.read_bytes()
@@ -112,6 +113,19 @@ class TensorRTRunner(Runner):
             is_input = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
             (self.input_metadata if is_input else self.output_metadata).append(meta)
         self.delegate = f"gpu (sm {cc}, TensorRT {trt.__version__})"
+
+    def _shipped_engine(self, trt, cc: str) -> bytes | None:
+        """The engine the converter built next to the ONNX, if it fits this TensorRT and GPU."""
+        engine = self.config.files.get("engine")
+        if engine is None or not engine.is_file():
+            return None
+        try:
+            check_engine_compat(self.config.backend_options.get("tensorrt", {}), trt.__version__, cc)
+        except ModelLoadError as exc:
+            # The QDQ ONNX is here: rebuild for this device instead of refusing.
+            self.details["engine_rebuilt_because"] = exc.message
+            return None
+        return engine.read_bytes()
 
     def _build_or_load(self, trt, logger, cc: str) -> bytes:
         """Build an int8 engine from the QDQ ONNX, or reuse the cached one for this TRT + GPU."""
