@@ -39,7 +39,7 @@ NETWORK_LOG = "network_attempts.txt"
 _NHWC_PERM = [0, 2, 3, 1]
 
 ALTERNATIVES = (
-    "Try: a static input shape (--input-shape NAME=1,3,H,W) if the model has dynamic dims; "
+    "Try: a static input shape (--input-shape NAME:1,3,H,W) if the model has dynamic dims; "
     "the 'onnx-qdq' format (profile arm-cpu produces it too, run by ONNX Runtime); or an Intel "
     "profile (intel-cpu, OpenVINO). The full onnx2tf log is kept at {log}."
 )

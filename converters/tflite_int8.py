@@ -6,11 +6,14 @@ Routes, by source format (a registry, :data:`ROUTES`):
   static input shapes, its variables are frozen, and ``tf.lite.TFLiteConverter`` quantizes it
   with a representative dataset made of ``job.calib``.
 * ``onnx``: onnx2tf (offline, in a child process, see :mod:`.onnx2tf_route`) makes a
-  SavedModel, then as above. onnx2tf turns NCHW image inputs into NHWC: the calibration feeds
-  are transposed to match, and the artifact's input specs say ``NHWC`` with the real shape;
-  ``backend_options["input_transpose"]`` names the permutation from the source layout.
-* ``tflite`` (float): ai-edge-quantizer static int8 (int8 activations and weights) calibrated
-  on ``job.calib``; integer I/O, when the profile wants it, by LiteRT's model-interface tool.
+  SavedModel, then as above. By default the artifact keeps the source's input layout (an NCHW
+  image input stays NCHW; onnx2tf puts an int8 TRANSPOSE inside the model, which the Edge TPU
+  runs), so the manifest's preprocessing, the accuracy gate and the device all feed what the
+  source took. ``job.options["tflite_input_layout"] = "nhwc"`` exposes onnx2tf's NHWC input
+  instead: the calibration feeds are transposed to match, the input spec says ``NHWC`` with
+  the real shape, and ``backend_options["input_transpose"]`` gives the permutation.
+* ``tflite`` (float): through the pipeline's static float ONNX of it (tf2onnx), then as an
+  ONNX source; see :func:`_tflite` for why not ai-edge-quantizer.
 
 The profile decides the scheme: ``quantization.input_dtype/output_dtype`` (float32 keeps float
 I/O, int8/uint8 makes integer I/O), ``quantization.weights`` (per-tensor for the Edge TPU), and
@@ -378,11 +381,12 @@ def convert(job: ConvertJob) -> FormatResult:
     result = FormatResult(
         model_file=MODEL_FILE, inputs=inputs, outputs=outputs, precision="int8",
         tools=dict(converted.tools), route=converted.route, warnings=list(converted.warnings),
-        backend_options={"weights": q.weights, "io_dtypes": [q.input_dtype, q.output_dtype]},
+        # Namespaced: the pipeline merges the backend options of all of a profile's formats.
+        backend_options={"tflite": {"weights": q.weights, "io_dtypes": [q.input_dtype, q.output_dtype]}},
     )
     if float_ops:
         result.warnings.append(f"Ops still computing in float (run by the CPU in float): {', '.join(float_ops)}")
-        result.backend_options["float_ops"] = float_ops
+        result.backend_options["tflite"]["float_ops"] = float_ops
     if converted.input_perms:
         result.backend_options["input_transpose"] = converted.input_perms
         for name, perm in converted.input_perms.items():

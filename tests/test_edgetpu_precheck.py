@@ -54,7 +54,7 @@ def test_arm_keeps_the_float_op_and_precheck_flags_it(odd_models, tmp_path):
 
     job = tm.keras_job(odd_models["sin"], "arm-cpu", tmp_path, fmt="savedmodel")
     res = convert(job)
-    assert any("SIN" in op for op in res.backend_options["float_ops"])
+    assert any("SIN" in op for op in res.backend_options["tflite"]["float_ops"])
     report = precheck((job.workdir / res.model_file).read_bytes(), CORAL_OPS)
     sin = [i for i in report.issues if i.op == "SIN"]
     assert sin and any("not in the Edge TPU's supported set" in r for r in sin[0].reasons)

@@ -108,14 +108,14 @@ def test_coral_records_precheck_and_uncompiled_state(converted):
     assert tpu["compiled"] is False and "not compiled" in tpu["status"]
     assert tpu["command"].endswith("edgetpu_compiler -s -o . model.tflite")
     assert any("Edge TPU-ready but not compiled" in w for w in res.warnings)
-    assert res.backend_options["weights"] == "per-tensor"
+    assert res.backend_options["tflite"]["weights"] == "per-tensor"
     assert [p.name for p in job.workdir.iterdir()] == ["model.tflite"]
 
 
 def test_arm_has_no_edgetpu_step(converted):
     _, res = converted[("keras", "arm-cpu")]
     assert "edgetpu_precheck" not in res.backend_options and "edgetpu" not in res.backend_options
-    assert res.backend_options["weights"] == "per-channel"
+    assert res.backend_options["tflite"]["weights"] == "per-channel"
     assert not any("float" in w for w in res.warnings), res.warnings
 
 
