@@ -143,7 +143,7 @@ FLOAT_IO = ([TensorSpec("input", IN_SHAPE, "float32", None, "NHWC")], [TensorSpe
 
 
 def write_artifact(folder: Path, profile: str, files: list[tuple[Path, str, str, str]], inputs, outputs,
-                   preprocess: dict | None = None) -> Path:
+                   preprocess: dict | None = None, backend_options: dict | None = None) -> Path:
     """Copy files into ``folder`` and write a manifest embedding the built-in ``profile``.
 
     Args:
@@ -159,7 +159,8 @@ def write_artifact(folder: Path, profile: str, files: list[tuple[Path, str, str,
     manifest = Manifest(profile=ProfileRef(prof.name, prof.sha256, prof.to_dict()),
                         source=SourceInfo("tiny.onnx", "onnx", src_sha), artifacts=entries,
                         inputs=inputs, outputs=outputs,
-                        preprocessing=Preprocessing(preprocess, preprocessing_hash(preprocess)))
+                        preprocessing=Preprocessing(preprocess, preprocessing_hash(preprocess)),
+                        backend_options=backend_options or {})
     write_manifest(folder, manifest)
     return folder
 
