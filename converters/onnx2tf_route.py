@@ -164,19 +164,38 @@ def _last_error_line(log_text: str) -> str:
     return found[-1].strip()[:300] if found else ""
 
 
+def _version() -> str:
+    from edge_sdk._deps import version_of
+
+    return version_of("onnx2tf") or ""
+
+
+def _keep_log(log: Path) -> Path:
+    """Copy the log out of scratch (which the pipeline deletes on failure) into the temp dir."""
+    import tempfile
+
+    fd, kept = tempfile.mkstemp(prefix="edge-sdk-onnx2tf-", suffix=".log")
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(log.read_bytes() if log.exists() else b"")
+    return Path(kept)
+
+
 def _failure(log: Path, onnx_path: Path, rc: int) -> ConversionError:
     text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
     text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # strip onnx2tf's ANSI colours before parsing
-    hint = ALTERNATIVES.format(log=log)
+    hint = ALTERNATIVES.format(log=_keep_log(log))
     if (log.parent / NETWORK_LOG).exists():
         return ConversionError(
             "onnx2tf tried to reach the network during conversion, which edge-sdk forbids: "
             + (log.parent / NETWORK_LOG).read_text().strip().splitlines()[0],
             f"edge-sdk supplies onnx2tf's sample data so this should not happen: please report it with the "
-            f"log at {log}. Meanwhile use the onnx-qdq format or an Intel profile.",
+            f"log at {_keep_log(log)}. Meanwhile use the onnx-qdq format or an Intel profile.",
         )
     name, op_type = _failing_op(text, onnx_path)
-    detail = _last_error_line(text)
+    if op_type and re.search(rf"{re.escape(op_type)} OP is not yet implemented", text):
+        detail = f"onnx2tf {_version()} has no converter for ONNX op type {op_type}"
+    else:
+        detail = _last_error_line(text)
     if name or op_type:
         what = f"op '{name}'" if name else "an op"
         what += f" ({op_type})" if op_type else ""

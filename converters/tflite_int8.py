@@ -248,7 +248,7 @@ def _tflite(job: ConvertJob) -> Converted:
 def _via_onnx(job: ConvertJob, onnx_path: Path, origin: str) -> Converted:
     from .onnx2tf_route import onnx_to_savedmodel
 
-    job.log("tflite-int8: onnx2tf (offline) -> SavedModel")
+    job.log("onnx2tf (offline, child process) -> SavedModel")
     shapes = {s.name: list(job.input_shapes[s.name]) for s in job.source.inputs}
     layout = job.options.get("tflite_input_layout", "source")
     if layout not in ("source", "nhwc"):
@@ -361,7 +361,7 @@ def convert(job: ConvertJob) -> FormatResult:
         CalibrationError: the calibration feeds do not fit the model.
     """
     route: Callable[[ConvertJob], Converted] = ROUTES.get(job.source.format)
-    job.log(f"tflite-int8: {job.source.format} route for profile {job.profile.name}")
+    job.log(f"{job.source.format} route for profile {job.profile.name}")
     converted = route(job)
     model = converted.model
     strict_int = bool(job.profile.operators.supported or job.profile.operators.allowed_dtypes)
