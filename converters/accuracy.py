@@ -237,5 +237,6 @@ def evaluate(folder: Path, step: RuntimeStep, holdout: list[Feed], reference: li
     metrics = {t: output_metrics([r[f] for r in reference], [x[t] for x in test]) for t, f in names.items()}
     fails = judge(metrics, spec)
     safe = {k: {mk: _json_safe(mv) for mk, mv in m.items()} for k, m in metrics.items()}
-    return {"backend": step.backend, "device": step.accelerator, "outputs": safe, "failures": fails,
+    # ``native`` False says the gate ran on a CPU stand-in, not the profile's accelerator (e.g. the NPU).
+    return {"backend": step.backend, "device": step.accelerator, "native": step.native, "outputs": safe, "failures": fails,
             "passed": not fails, "ran": {k: ran.get(k) for k in ("backend", "delegate", "fallback", "details")}}

@@ -66,6 +66,17 @@ def test_must_show_cli_writes_three_verified_artifacts(must_show):
             for metrics in report["outputs"].values():
                 assert metrics["cosine"] >= 0.98 and metrics["sqnr_db"] >= 15.0 and metrics["max_abs_err"] >= 0
         assert m.calibration["calibration_samples"] == 96 and m.calibration["holdout_samples"] == 24
+        assert (out / name).stat().st_mode & 0o055 == (0o755 & ~_umask()) & 0o055  # not mkdtemp's 0700
+    npu = read_manifest(out / "intel-npu").accuracy["formats"]["openvino-ir"]
+    assert npu["device"] == "CPU" and npu["native"] is False  # the gate says it ran on a CPU stand-in
+
+
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def test_must_show_graphs_are_int8(must_show):
