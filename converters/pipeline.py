@@ -6,6 +6,8 @@ static shapes for every profile, load and split the calibration data. Then per p
 each format converter into a staging folder beside the destination, write the manifest, run the
 accuracy gate through the runtime facade, and publish the folder with one rename. A gate failure
 publishes nothing (unless ``allow_accuracy_drop``); any error or interrupt leaves nothing behind.
+Each profile is published on its own: an error in a later profile leaves the earlier, complete
+and gate-checked artifacts in place (they are valid), and the error names the failing step.
 """
 
 from __future__ import annotations
@@ -113,6 +115,10 @@ def _resolve_profiles(profiles, log) -> list[Profile]:
             log(f"note: {note}")
         out.setdefault(prof.name, prof)
     for prof in out.values():
+        for fmt in prof.artifact.formats:
+            if fmt not in FORMATS:
+                raise ConversionError(f"Profile '{prof.name}' asks for artifact format '{fmt}', which convert cannot make.",
+                                      f"Formats convert makes: {', '.join(FORMATS.names())}")
         if prof.quantization.precision != "int8":
             raise ConversionError(f"Profile '{prof.name}' asks for {prof.quantization.precision}; this converter makes int8 artifacts.",
                                   "Use an int8 profile.")

@@ -7,6 +7,7 @@ spatial dim, converted with ``--input-shape`` for intel-cpu, intel-npu and jetso
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from edge_sdk.manifest import read_manifest
 from models import onnx_cnn, two_io_feeds, two_io_onnx, write_constant_images, write_image_folder, write_npz
 
 pytestmark = pytest.mark.slow
+REPO_PROFILES = Path(__file__).resolve().parents[1] / "device_profiles"
 MUST_SHOW = ("intel-cpu", "intel-npu", "jetson-orin")
 CPU = {"onnx-qdq": ("onnxruntime", "CPUExecutionProvider"), "openvino-ir": ("openvino", "CPU")}
 
@@ -264,3 +266,15 @@ def test_an_op_the_tools_cannot_run_is_one_clear_error(tmp_path):
         edge_sdk.convert(tmp_path / "custom.onnx", "intel-cpu", tmp_path / "out", calib=tmp_path / "x.npy", progress=None)
     assert "FancyWarp" in err.value.message or "com.example" in err.value.message, err.value.message
     assert not (tmp_path / "out").exists()
+
+
+def test_a_profile_asking_for_a_format_convert_cannot_make_fails_first(data, tmp_path):
+    from edge_sdk.errors import ConversionError
+
+    text = (REPO_PROFILES / "jetson-orin.toml").read_text().replace('formats = ["onnx-qdq"]', 'formats = ["onnx-qdq", "tensorrt-engine"]')
+    text = text.replace('name = "jetson-orin"', 'name = "my-orin"')
+    custom = tmp_path / "my-orin.toml"
+    custom.write_text(text)
+    with pytest.raises(ConversionError, match="tensorrt-engine") as err:
+        edge_sdk.convert(data["two"], str(custom), tmp_path / "out", calib=data["two_npz"], progress=None)
+    assert "onnx-qdq" in err.value.hint and not (tmp_path / "out").exists()
