@@ -15,8 +15,8 @@ $(VENV)/.installed: pyproject.toml
 
 ## 1. Set up, then run the main job on the bundled example model.
 quickstart: $(VENV)/.installed
-	$(BIN)/edge-sdk profiles list
 	$(BIN)/edge-sdk doctor
+	$(BIN)/python examples/quickstart.py --out quickstart-out
 
 ## 2. Set up, then run the whole test suite (what .ci/run calls).
 test: $(VENV)/.installed
