@@ -47,7 +47,7 @@ class ProfileSummary:
         published: Whether the folder was written.
         formats: Artifact formats produced.
         files: Files of the artifact (relative to ``folder``).
-        gate: ``passed``, ``failed`` or ``not-meaningful`` (uncalibrated).
+        gate: ``passed``, ``failed`` or ``not_meaningful`` (uncalibrated).
         accuracy: The manifest's accuracy section.
         warnings: Things the user should know.
     """
@@ -287,16 +287,16 @@ def _build_profile(source: SourceModel, prof: Profile, prep: _Prepared, final: P
     report = {fmt: acc.evaluate(stage, acc.gate_step(prof, fmt), cs.holdout, prep.reference, prof.accuracy)
               for fmt in prof.artifact.formats}
     passed = all(r["passed"] for r in report.values())
-    status = "not-meaningful" if not cs.calibrated else ("passed" if passed else "failed")
+    status = "not_meaningful" if not cs.calibrated else ("passed" if passed else "failed")
     for fmt, r in report.items():
         log(f"[{name}] {fmt} on {r['backend']}/{r['device']}: {acc.format_metrics(r['outputs'])} -> "
             f"{'ok' if r['passed'] else 'FAILED: ' + '; '.join(r['failures'])}")
-    manifest.accuracy = {"status": status, "meaningful": cs.calibrated, "thresholds": acc.thresholds(prof.accuracy),
+    manifest.accuracy = {"gate": status, "meaningful": cs.calibrated, "thresholds": acc.thresholds(prof.accuracy),
                          "reference": prep.reference_runtime, "holdout_samples": cs.info["holdout_samples"],
                          "formats": report}
     if status == "failed" and allow_drop:
         warnings.append("accuracy gate FAILED; published anyway because of --allow-accuracy-drop")
-    if status == "not-meaningful":
+    if status == "not_meaningful":
         warnings.append("uncalibrated (--calib random): the accuracy gate was not enforced")
     manifest.warnings = list(dict.fromkeys(warnings))
     write_manifest(stage, manifest)
@@ -344,5 +344,5 @@ def _manifest(source: SourceModel, prof: Profile, prep: _Prepared, results: dict
         source=SourceInfo(str(source.path), source.format, source.sha256),
         artifacts=artifacts, inputs=primary.inputs, outputs=primary.outputs,
         preprocessing=Preprocessing(spec, pp.spec_hash(cs.preprocess)), tools=tools,
-        accuracy={"status": "pending"}, calibration=dict(cs.info), static_shapes=static,
+        accuracy={"gate": "pending"}, calibration=dict(cs.info), static_shapes=static,
         backend_options=backend_options, warnings=list(dict.fromkeys(warnings)))

@@ -63,7 +63,7 @@ def test_must_show_cli_writes_three_verified_artifacts(must_show):
         assert m.static_shapes["source_inputs"]["image"] == [-1, 3, -1, 16]
         assert m.static_shapes["batch_size"] == 1 and "aux" in m.static_shapes["batch_fixed_to_profile"]
         assert all(a.precision == "int8" and len(a.sha256) == 64 for a in m.artifacts)
-        assert m.accuracy["status"] == "passed" and m.accuracy["meaningful"] is True
+        assert m.accuracy["gate"] == "passed" and m.accuracy["meaningful"] is True
         for report in m.accuracy["formats"].values():
             for metrics in report["outputs"].values():
                 assert metrics["cosine"] >= 0.98 and metrics["sqnr_db"] >= 15.0 and metrics["max_abs_err"] >= 0
@@ -158,7 +158,7 @@ def test_allow_accuracy_drop_publishes_and_records_the_failure(data, tmp_path):
                          allow_accuracy_drop=True, progress=None)
     m = read_manifest(tmp_path / "out" / "jetson-orin")
     assert s.profiles[0].gate == "failed" and s.profiles[0].published
-    assert m.accuracy["status"] == "failed" and m.accuracy["formats"]["onnx-qdq"]["failures"]
+    assert m.accuracy["gate"] == "failed" and m.accuracy["formats"]["onnx-qdq"]["failures"]
     assert any("allow-accuracy-drop" in w for w in m.warnings)
 
 
@@ -166,7 +166,7 @@ def test_random_calibration_is_marked_not_meaningful(data, tmp_path):
     s = edge_sdk.convert(data["two"], "jetson-orin", tmp_path / "out", calib="random", calib_count=10,
                          input_shapes=["image:1,3,8,16"], progress=None)
     m = read_manifest(tmp_path / "out" / "jetson-orin")
-    assert s.profiles[0].gate == "not-meaningful"
+    assert s.profiles[0].gate == "not_meaningful"
     assert m.calibration["calibrated"] is False and m.accuracy["meaningful"] is False
     assert any("random" in w for w in m.warnings)
 
