@@ -63,3 +63,18 @@ def test_onnxruntime_and_openvino_run_without_tensorflow(tmp_path_factory, name,
 def test_litert_runs_without_tensorflow(tmp_path_factory, name):
     arts = ra.tflite_artifacts(tmp_path_factory)
     assert "OK litert/xnnpack" in run_without_tf(arts[name])
+
+
+def test_runtime_modules_import_no_runtime_at_import_time():
+    """Importing the facade and every runner is cheap: runtimes are imported on first use only."""
+    code = ("import sys\n"
+            "from edge_sdk.runtimes import facade, select, base, tensors, sandbox, tflite_check\n"
+            "from edge_sdk.runtimes import litert, onnxruntime, openvino, tensorrt\n"
+            "import edge_sdk\n"
+            "edge_sdk.load\n"
+            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('tensorflow', 'onnxruntime', 'openvino', 'ai_edge_litert', 'tflite_runtime', 'tensorrt', 'onnx'))\n"
+            "assert not heavy, heavy\n"
+            "print('clean')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "clean" in r.stdout, r.stdout + r.stderr
