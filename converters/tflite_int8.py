@@ -164,7 +164,9 @@ def _outputs_in_order(result, names: list[str]) -> list:
     return picked
 
 
-def _from_savedmodel_dir(job: ConvertJob, path: Path, perms: dict[str, list[int]] | None = None) -> bytes:
+def _from_savedmodel_dir(job: ConvertJob, path: Path, perms: dict[str, list[int]] | None = None,
+                         onnx_ref: Path | None = None) -> bytes:
+    """Quantize a SavedModel's ``serving_default``; ``onnx_ref`` (onnx2tf routes) fixes output layouts."""
     import tensorflow as tf
 
     perms = perms or {}
@@ -183,12 +185,60 @@ def _from_savedmodel_dir(job: ConvertJob, path: Path, perms: dict[str, list[int]
         keymap[name] = found[0] if found else sig_keys[i]
     out_names = [s.name for s in job.source.outputs]
 
-    def fn(*args):
+    def raw(*args):
         return _outputs_in_order(sig(**{keymap[n]: a for n, a in zip(names, args)}), out_names)
+
+    out_perms = _output_perms(job, onnx_ref, raw, names, perms) if onnx_ref is not None else {}
+
+    def fn(*args):
+        outs = raw(*args)
+        # Back to the source layout: one manifest describes every format of a profile.
+        return [tf.transpose(o, out_perms[i]) if i in out_perms else o for i, o in enumerate(outs)]
 
     model = _quantize_tf(job, fn, names, perms)
     del loaded  # keep the SavedModel's variables alive until the model is frozen and converted
     return model
+
+
+def _output_perms(job: ConvertJob, onnx_path: Path, raw, names: list[str],
+                  perms: dict[str, list[int]]) -> dict[int, list[int]]:
+    """Which outputs onnx2tf moved to channel-last, decided by running both models on one sample.
+
+    Shapes alone are ambiguous (``[1, 8, 8, 8]``), so the TF output is compared with ONNX
+    Runtime's output of the source on the first calibration feed, as-is and channel-first again.
+
+    Raises:
+        ConversionError: an output matches the source in neither layout.
+    """
+    import onnxruntime as ort
+
+    feed = {n: np.asarray(job.calib[0][n], dtype=np.float32) for n in names} if job.calib else {
+        n: np.full(job.input_shapes[n], 0.5, np.float32) for n in names}
+    sess = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    want = {o.name: None for o in sess.get_outputs()}
+    ref = dict(zip(want, sess.run(None, feed)))
+    got = raw(*[np.transpose(feed[n], perms[n]) if n in perms else feed[n] for n in names])
+    out: dict[int, list[int]] = {}
+    for i, (spec, tf_out) in enumerate(zip(job.source.outputs, got)):
+        y = np.asarray(tf_out)
+        r = ref.get(spec.name, list(ref.values())[i])
+        rank = y.ndim
+        candidates = [list(range(rank))] + ([[0, rank - 1, *range(1, rank - 1)]] if rank >= 3 else [])
+        best = None
+        for perm in candidates:
+            t = np.transpose(y, perm)
+            if t.shape == r.shape:
+                err = float(np.abs(t - r).max() / (np.abs(r).max() + 1e-6))
+                if best is None or err < best[0]:
+                    best = (err, perm)
+        if best is None or best[0] > 1e-2:
+            raise ConversionError(
+                f"onnx2tf changed output '{spec.name}' (shape {list(y.shape)}, source {list(r.shape)}) in a way "
+                "edge-sdk cannot map back.",
+                "Use the onnx-qdq format (ONNX Runtime) or an Intel profile for this model.")
+        if best[1] != list(range(rank)):
+            out[i] = best[1]
+    return out
 
 
 @ROUTES.register("savedmodel")
@@ -255,7 +305,7 @@ def _via_onnx(job: ConvertJob, onnx_path: Path, origin: str) -> Converted:
         raise ConversionError(f"Option tflite_input_layout must be 'source' or 'nhwc', got {layout!r}.")
     res = onnx_to_savedmodel(onnx_path, shapes, job.calib, Path(job.scratch),
                              keep_layout=layout == "source")
-    model = _from_savedmodel_dir(job, res.saved_model, res.input_perms)
+    model = _from_savedmodel_dir(job, res.saved_model, res.input_perms, onnx_ref=onnx_path)
     tools = _tool_versions("onnx2tf", "tensorflow", "onnx")
     return Converted(model, f"{origin} -> onnx2tf (SavedModel) -> tf.function (static shapes) -> TFLiteConverter int8",
                      tools, {s.name: _sanitize(s.name) for s in job.source.inputs}, dict(res.input_perms))

@@ -110,3 +110,25 @@ def test_cli_unconvertible_onnx_is_one_message_and_no_folder(tmp_path, cli):
     assert "CastLike" in proc.stderr and "odd_castlike" in proc.stderr and "onnx-qdq" in proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.splitlines()) < 40
     assert not out.exists()
+
+
+def test_two_input_two_output_onnx_keeps_source_layouts(tmp_path):
+    """onnx2tf makes the rank-4 output channel-last; the artifact gives it back as the source had it."""
+    import edge_sdk
+    from ai_edge_litert.interpreter import Interpreter
+
+    model = models.two_io_onnx(tmp_path / "two.onnx")
+    npz = models.write_npz(tmp_path / "calib.npz", models.two_io_feeds(n=40, height=24))
+    summary = edge_sdk.convert(str(model), PROFILES, str(tmp_path / "out"), calib=str(npz),
+                               input_shapes=["image:1,3,24,16"], progress=lambda _line: None)
+    assert summary.ok
+    for name in PROFILES:
+        folder = tmp_path / "out" / name
+        manifest = json.loads((folder / "manifest.json").read_text())
+        assert [(t["name"], t["shape"]) for t in manifest["inputs"]] == [("image", [1, 3, 24, 16]), ("aux", [1, 4])]
+        assert [(t["name"], t["shape"]) for t in manifest["outputs"]] == [("logits", [1, 5]),
+                                                                          ("features", [1, 8, 24, 16])]
+        gate = manifest["accuracy"]["formats"]["tflite-int8"]
+        assert gate["passed"] and set(gate["outputs"]) == {"logits", "features"}
+        interp = Interpreter(model_path=str(folder / "model.tflite"))
+        assert sorted(tuple(d["shape"]) for d in interp.get_output_details()) == [(1, 5), (1, 8, 24, 16)]
