@@ -19,6 +19,7 @@ fresh arrays owned by the caller. ``close()`` while another thread is inferring 
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -36,9 +37,10 @@ from .select import Selection, manifest_profile, open_runner, resolve_folder
 from .tensors import InputPlan, OutputPlan, plan_inputs, plan_outputs
 
 _perf = time.perf_counter
+log = logging.getLogger("edge_sdk.runtime")
 
 
-@dataclass
+@dataclass(slots=True)
 class InferenceResult:
     """One inference.
 
@@ -310,6 +312,8 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
     runner, selection = open_runner(folder, manifest, prof, backend=backend, device=device, strict=strict,
                                     make_config=make_config, trial=not verify)
     selection.notes.extend(notes)
+    for note in notes:
+        log.info("%s", note)
     try:
         return Model(folder, manifest, runner, selection, chosen["sha"],
                      LoadOptions(check_finite=check_finite, num_threads=num_threads, cache_dir=cache))

@@ -1,8 +1,9 @@
 """A runtime-only install: artifacts load and run with TensorFlow impossible to import.
 
 Each check runs in a fresh interpreter whose import system refuses ``tensorflow`` (and
-keras, onnx2tf, nncf), like a device that installed only ``edge-sdk[litert]``,
-``[onnxruntime]`` or ``[openvino]``. It also asserts that nothing tried to import them.
+keras, onnx2tf, nncf, onnx) and the two runtimes the install does not have, like a device that
+installed only ``edge-sdk[litert]``, ``[onnxruntime]`` or ``[openvino]``. It also asserts that
+nothing tried to import the conversion stack.
 """
 
 from __future__ import annotations
@@ -18,13 +19,16 @@ SCRIPT = r"""
 import sys, warnings
 import importlib.abc
 
-BLOCKED = ("tensorflow", "keras", "tf_keras", "onnx2tf", "nncf", "torch")
+BLOCKED = ("tensorflow", "keras", "tf_keras", "onnx2tf", "nncf", "torch", "onnx")
+OTHER_RUNTIMES = tuple(sys.argv[3].split(",")) if len(sys.argv) > 3 and sys.argv[3] else ()
 attempts = []
 
 class Block(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in BLOCKED:
+        top = name.split(".")[0]
+        if top in BLOCKED:
             attempts.append(name)
+        if top in BLOCKED or top in OTHER_RUNTIMES:
             raise ImportError(f"{name} is not installed (runtime-only install)")
         return None
 
@@ -32,7 +36,7 @@ sys.meta_path.insert(0, Block())
 import numpy as np
 import edge_sdk
 warnings.simplefilter("ignore")
-model = edge_sdk.load(sys.argv[1], backend=sys.argv[2] if len(sys.argv) > 2 else None)
+model = edge_sdk.load(sys.argv[1], backend=sys.argv[2] or None)
 spec = model.inputs[0]
 res = model.infer(np.zeros(spec.shape, np.float32))
 assert res.outputs, res
@@ -42,8 +46,13 @@ print("OK", res.backend)
 """
 
 
-def run_without_tf(folder, backend=None):
-    args = [sys.executable, "-c", SCRIPT, str(folder)] + ([backend] if backend else [])
+RUNTIMES = {"litert": ("ai_edge_litert", "tflite_runtime"), "onnxruntime": ("onnxruntime",), "openvino": ("openvino",)}
+
+
+def run_without_tf(folder, backend=None, install=None):
+    """Run ``folder`` in a child where TF and every runtime but ``install``'s are not importable."""
+    others = [m for name, mods in RUNTIMES.items() if name != install for m in mods]
+    args = [sys.executable, "-c", SCRIPT, str(folder), backend or "", ",".join(others)]
     r = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout
@@ -55,14 +64,14 @@ def run_without_tf(folder, backend=None):
 ])
 def test_onnxruntime_and_openvino_run_without_tensorflow(tmp_path_factory, name, backend, expect):
     arts = ra.onnx_artifacts(tmp_path_factory)
-    assert expect in run_without_tf(arts[name], backend)
+    assert expect in run_without_tf(arts[name], backend, install=expect.split()[1].split("/")[0])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["coral-edgetpu", "arm-cpu"])
 def test_litert_runs_without_tensorflow(tmp_path_factory, name):
     arts = ra.tflite_artifacts(tmp_path_factory)
-    assert "OK litert/xnnpack" in run_without_tf(arts[name])
+    assert "OK litert/xnnpack" in run_without_tf(arts[name], install="litert")
 
 
 def test_runtime_modules_import_no_runtime_at_import_time():
