@@ -283,6 +283,51 @@ def onnx_to_savedmodel(
     return Onnx2TfResult(saved_model=out, input_perms=perms, log=log, version=version_of("onnx2tf") or "")
 
 
+def output_perms(onnx_path: Path, feed: dict[str, np.ndarray], tf_outputs: list[np.ndarray],
+                 names: list[str]) -> dict[int, list[int]]:
+    """Which outputs onnx2tf moved to channel-last, and the permutation that moves them back.
+
+    Shapes alone are ambiguous (``[1, 8, 8, 8]``), so the TF outputs for ``feed`` are compared
+    with ONNX Runtime's outputs of the source, as they are and channel-first again.
+
+    Args:
+        onnx_path: The source ONNX model.
+        feed: One input sample in the source layout.
+        tf_outputs: The SavedModel's outputs for that sample, in source output order.
+        names: Source output names, in order.
+
+    Returns:
+        Output position -> permutation, for the outputs that need one.
+
+    Raises:
+        ConversionError: an output matches the source in neither layout.
+    """
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed)))
+    out: dict[int, list[int]] = {}
+    for i, (name, y) in enumerate(zip(names, tf_outputs)):
+        r = ref.get(name, list(ref.values())[i])
+        rank = y.ndim
+        candidates = [list(range(rank))] + ([[0, rank - 1, *range(1, rank - 1)]] if rank >= 3 else [])
+        best = None
+        for perm in candidates:
+            t = np.transpose(y, perm)
+            if t.shape == r.shape:
+                err = float(np.abs(t - r).max() / (np.abs(r).max() + 1e-6))
+                if best is None or err < best[0]:
+                    best = (err, perm)
+        if best is None or best[0] > 1e-2:
+            raise ConversionError(
+                f"onnx2tf changed output '{name}' (shape {list(y.shape)}, source {list(r.shape)}) in a way "
+                "edge-sdk cannot map back.",
+                "Use the onnx-qdq format (ONNX Runtime) or an Intel profile for this model.")
+        if best[1] != list(range(rank)):
+            out[i] = best[1]
+    return out
+
+
 def _block_network(record: Path) -> None:
     """Refuse every outgoing connection in this process, and write down who tried."""
     import socket

@@ -188,7 +188,15 @@ def _from_savedmodel_dir(job: ConvertJob, path: Path, perms: dict[str, list[int]
     def raw(*args):
         return _outputs_in_order(sig(**{keymap[n]: a for n, a in zip(names, args)}), out_names)
 
-    out_perms = _output_perms(job, onnx_ref, raw, names, perms) if onnx_ref is not None else {}
+    out_perms = {}
+    if onnx_ref is not None:
+        from .onnx2tf_route import output_perms
+
+        # One sample through both models says which outputs onnx2tf made channel-last.
+        feed = {n: np.asarray(job.calib[0][n], np.float32) if job.calib else
+                np.full(job.input_shapes[n], 0.5, np.float32) for n in names}
+        tf_outs = raw(*[np.transpose(feed[n], perms[n]) if n in perms else feed[n] for n in names])
+        out_perms = output_perms(onnx_ref, feed, [np.asarray(o) for o in tf_outs], out_names)
 
     def fn(*args):
         outs = raw(*args)
@@ -198,47 +206,6 @@ def _from_savedmodel_dir(job: ConvertJob, path: Path, perms: dict[str, list[int]
     model = _quantize_tf(job, fn, names, perms)
     del loaded  # keep the SavedModel's variables alive until the model is frozen and converted
     return model
-
-
-def _output_perms(job: ConvertJob, onnx_path: Path, raw, names: list[str],
-                  perms: dict[str, list[int]]) -> dict[int, list[int]]:
-    """Which outputs onnx2tf moved to channel-last, decided by running both models on one sample.
-
-    Shapes alone are ambiguous (``[1, 8, 8, 8]``), so the TF output is compared with ONNX
-    Runtime's output of the source on the first calibration feed, as-is and channel-first again.
-
-    Raises:
-        ConversionError: an output matches the source in neither layout.
-    """
-    import onnxruntime as ort
-
-    feed = {n: np.asarray(job.calib[0][n], dtype=np.float32) for n in names} if job.calib else {
-        n: np.full(job.input_shapes[n], 0.5, np.float32) for n in names}
-    sess = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    want = {o.name: None for o in sess.get_outputs()}
-    ref = dict(zip(want, sess.run(None, feed)))
-    got = raw(*[np.transpose(feed[n], perms[n]) if n in perms else feed[n] for n in names])
-    out: dict[int, list[int]] = {}
-    for i, (spec, tf_out) in enumerate(zip(job.source.outputs, got)):
-        y = np.asarray(tf_out)
-        r = ref.get(spec.name, list(ref.values())[i])
-        rank = y.ndim
-        candidates = [list(range(rank))] + ([[0, rank - 1, *range(1, rank - 1)]] if rank >= 3 else [])
-        best = None
-        for perm in candidates:
-            t = np.transpose(y, perm)
-            if t.shape == r.shape:
-                err = float(np.abs(t - r).max() / (np.abs(r).max() + 1e-6))
-                if best is None or err < best[0]:
-                    best = (err, perm)
-        if best is None or best[0] > 1e-2:
-            raise ConversionError(
-                f"onnx2tf changed output '{spec.name}' (shape {list(y.shape)}, source {list(r.shape)}) in a way "
-                "edge-sdk cannot map back.",
-                "Use the onnx-qdq format (ONNX Runtime) or an Intel profile for this model.")
-        if best[1] != list(range(rank)):
-            out[i] = best[1]
-    return out
 
 
 @ROUTES.register("savedmodel")
