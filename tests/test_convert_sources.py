@@ -45,6 +45,12 @@ def test_every_profile_passes_the_gate_with_static_int8_artifacts(converted):
         assert all(a.precision == "int8" for a in m.artifacts)
         assert m.tools["edge-sdk"] and (m.tools.get("onnxruntime") or m.tools.get("nncf"))
         assert m.calibration["calibration_samples"] == 80 and m.calibration["holdout_samples"] == 20
+        route = next(iter(m.backend_options["routes"].values()))
+        assert route.startswith(kind)
+        if "openvino-ir" in m.formats and kind != "keras":  # OpenVINO reads these sources itself
+            assert f"convert_model({BUILDERS[kind][1]})" in route
+        if kind != "onnx":
+            assert m.tools["tf2onnx"] and m.tools["tensorflow"]
 
 
 def test_artifacts_load_in_the_runtime_and_agree_with_keras(converted):
