@@ -76,7 +76,14 @@ class LoadOptions:
 
 
 class Model:
-    """A loaded artifact. Create with :func:`load`; use as a context manager or call :meth:`close`."""
+    """A loaded artifact. Create with :func:`load`; use as a context manager or call :meth:`close`.
+
+    Attributes:
+        backend: What actually runs, ``"<backend>/<delegate>"`` (e.g. ``litert/xnnpack``).
+        manifest: The validated manifest.
+        selection: How the runtime step was chosen: skipped steps with reasons, notes.
+        model_sha256: sha256 of the model file that runs.
+    """
 
     def __init__(self, folder: Path, manifest: Manifest, runner: Runner, selection: Selection,
                  model_sha256: str, options: LoadOptions):
@@ -106,18 +113,22 @@ class Model:
 
     @property
     def profile(self) -> str:
+        """The profile the artifact was converted for."""
         return self.selection.profile
 
     @property
     def delegate(self) -> str:
+        """The delegate / execution provider / device that actually runs (partial delegation included)."""
         return self._runner.delegate
 
     @property
     def step(self) -> RuntimeStep:
+        """The runtime step (backend, accelerator, format) that was chosen."""
         return self.selection.step
 
     @property
     def fallback(self) -> bool:
+        """True when the profile's preferred accelerator was skipped (never for an explicit choice)."""
         return self.selection.fallback
 
     @property
