@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -301,23 +300,12 @@ def _build_profile(source: SourceModel, prof: Profile, prep: _Prepared, final: P
     manifest.warnings = list(dict.fromkeys(warnings))
     write_manifest(stage, manifest)
     published = status != "failed" or allow_drop
-    _normal_permissions(stage)
     files = sorted(a.path for a in manifest.artifacts) + ["manifest.json"] if published else []
     summary = ProfileSummary(name, str(final), published, list(prof.artifact.formats), files, status,
                              manifest.accuracy, manifest.warnings)
     if not published:
         raise _GateFailed(summary)
     return summary
-
-
-def _normal_permissions(stage: Path) -> None:
-    """Give the published folder and manifest the user's usual modes (mkdtemp/mkstemp make them 0700/0600)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(stage, 0o777 & ~umask)
-    for entry in stage.iterdir():
-        if entry.is_file():
-            os.chmod(entry, 0o666 & ~umask)
 
 
 def _manifest(source: SourceModel, prof: Profile, prep: _Prepared, results: dict[str, FormatResult], stage: Path,

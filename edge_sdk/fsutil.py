@@ -12,6 +12,13 @@ from pathlib import Path
 _CHUNK = 1 << 20
 
 
+def _umask() -> int:
+    # os.umask can only be read by setting it; restore it at once.
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def sha256_file(path: str | Path) -> str:
     """Hex sha256 of a file, streamed."""
     h = hashlib.sha256()
@@ -34,6 +41,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; published files get normal permissions
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -60,6 +68,7 @@ def staging_dir(final: str | Path, *, force: bool = False):
         raise FileExistsError(str(final))
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-", dir=final.parent))
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; the published folder must be readable by the device user
     try:
         yield tmp
         old = None

@@ -29,3 +29,19 @@ def test_staging_refuses_existing_without_force(tmp_path):
     with pytest.raises(FileExistsError):
         with staging_dir(tmp_path / "out"):
             pass
+
+
+def test_published_permissions_follow_umask(tmp_path):
+    import os
+    import stat
+
+    from edge_sdk.fsutil import atomic_write_bytes
+
+    old = os.umask(0o022)
+    try:
+        with staging_dir(tmp_path / "out") as tmp:
+            atomic_write_bytes(tmp / "f", b"x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "out").stat().st_mode) == 0o755
+    assert stat.S_IMODE((tmp_path / "out" / "f").stat().st_mode) == 0o644
