@@ -12,8 +12,9 @@ Routes, by source format (a registry, :data:`ROUTES`):
   source took. ``job.options["tflite_input_layout"] = "nhwc"`` exposes onnx2tf's NHWC input
   instead: the calibration feeds are transposed to match, the input spec says ``NHWC`` with
   the real shape, and ``backend_options["input_transpose"]`` gives the permutation.
-* ``tflite`` (float): through the pipeline's static float ONNX of it (tf2onnx), then as an
-  ONNX source; see :func:`_tflite` for why not ai-edge-quantizer.
+* ``tflite`` (float): ai-edge-quantizer static int8 calibrated on ``job.calib`` (see
+  :mod:`.tflite_float_route`); integer I/O by LiteRT's model-interface tool. If the quantizer
+  cannot take the model, the pipeline's static float ONNX of it goes the ONNX route (recorded).
 
 The profile decides the scheme: ``quantization.input_dtype/output_dtype`` (float32 keeps float
 I/O, int8/uint8 makes integer I/O), ``quantization.weights`` (per-tensor for the Edge TPU), and
@@ -241,24 +242,42 @@ def _onnx(job: ConvertJob) -> Converted:
 
 @ROUTES.register("tflite")
 def _tflite(job: ConvertJob) -> Converted:
-    """Float TFLite: through the pipeline's static float ONNX of it, then as an ONNX source.
+    """Float TFLite: ai-edge-quantizer static int8; the static-ONNX route if it cannot.
 
-    Why not ai-edge-quantizer (installed, 0.1.0): its static int8 recipe quantizes the model's
-    I/O tensors to int8 with no QUANTIZE/DEQUANTIZE boundary ops, so it gives neither the float
-    I/O of arm-cpu nor the uint8 I/O of the Edge TPU, and LiteRT's model-interface tool only
-    rewrites boundaries that have those ops. TFLiteConverter is what both targets are validated
-    with, so the float TFLite goes back to a graph it can take (tf2onnx -> onnx2tf); the
-    accuracy gate then measures the whole chain against the original float TFLite.
+    The fallback goes through the pipeline's static float ONNX of the model (tf2onnx) and then
+    onnx2tf + TFLiteConverter like an ONNX source; it is recorded in the route and warned about.
     """
+    from .tflite_float_route import quantize_float_tflite
+
+    from .edgetpu import precheck
+
+    q = job.profile.quantization
     static_onnx = getattr(job, "static_onnx", None)  # set by the pipeline; None for jobs built by hand
+    try:
+        model = quantize_float_tflite(Path(job.source.path).read_bytes(), job.input_shapes, job.calib,
+                                      per_tensor=q.weights == "per-tensor", input_dtype=q.input_dtype,
+                                      output_dtype=q.output_dtype)
+        converted = Converted(model, "tflite (float) -> ai-edge-quantizer static int8" + (
+            "" if q.input_dtype == "float32" else f" -> LiteRT model interface ({q.input_dtype} I/O)"),
+            _tool_versions("ai-edge-quantizer", "ai-edge-litert"))
+        report = precheck(model, job.profile.operators) if job.profile.operators.compiler else None
+        if report is None or report.ok or static_onnx is None:
+            return converted
+        # The quantizer does not fold shape arithmetic (SHAPE -> STRIDED_SLICE -> RESHAPE) and
+        # dequantizes around ops it skips; TFLiteConverter on the static graph folds them, so an
+        # accelerator profile gets the graph the Edge TPU can take whole.
+        reason = f"its int8 model is not Edge TPU-clean ({report.lines()[0]})."
+    except ConversionError as exc:
+        reason = exc.message
     if static_onnx is None:
         raise ConversionError(
-            f"Float TFLite {Path(job.source.path).name}: the int8 route needs the pipeline's static ONNX "
-            "form of the model (ConvertJob.static_onnx), and this job has none.",
+            f"Float TFLite {Path(job.source.path).name}: {reason} The other route needs the pipeline's static "
+            "ONNX form of the model (ConvertJob.static_onnx), and this job has none.",
             "Convert through edge_sdk.convert() / `edge-sdk convert`, or start from the Keras, SavedModel "
             "or ONNX form of the model.")
     converted = _via_onnx(job, Path(static_onnx), "tflite -> tf2onnx (static ONNX)")
     converted.tools.update(_tool_versions("tf2onnx"))
+    converted.warnings.append(f"ai-edge-quantizer: {reason} Used the tf2onnx -> onnx2tf route instead.")
     return converted
 
 
@@ -327,9 +346,9 @@ def _float_ops(model: bytes) -> list[str]:
     from edge_sdk.profiles import OperatorSpec
 
     report = precheck(model, OperatorSpec(allowed_dtypes=["int8", "uint8", "int32", "int16", "int64", "bool"]))
-    # QUANTIZE/DEQUANTIZE are the float<->int8 conversions at float model I/O, not float compute.
+    # QUANTIZE/DEQUANTIZE are float<->int8 conversions, not float compute; SHAPE reads dims only.
     return [f"#{i.index} {i.op}" for i in report.issues
-            if i.op not in ("QUANTIZE", "DEQUANTIZE") and any("float" in r for r in i.reasons)]
+            if i.op not in ("QUANTIZE", "DEQUANTIZE", "SHAPE") and any("float" in r for r in i.reasons)]
 
 
 def _edgetpu_step(job: ConvertJob, model: bytes, model_path: Path, result: FormatResult) -> None:

@@ -166,6 +166,43 @@ def test_unknown_source_format_lists_routes(sources, tmp_path):
     assert "keras" in str(err.value)
 
 
+@pytest.fixture(scope="session")
+def float_tflite(sources, tmp_path_factory):
+    """The Keras CNN as a float TFLite file with a dynamic batch (as model zoos ship them)."""
+    import tensorflow as tf
+
+    km = tf.keras.models.load_model(str(sources["keras"]), compile=False)
+    path = tmp_path_factory.mktemp("float_tflite") / "cnn.tflite"
+    path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(km).convert())
+    return path
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_float_tflite_with_ai_edge_quantizer(float_tflite, sources, tmp_path, profile):
+    from ai_edge_litert.interpreter import Interpreter
+
+    from edge_sdk.converters.tflite_int8 import convert
+
+    name = Interpreter(model_path=str(float_tflite)).get_input_details()[0]["name"]
+    job = tm.make_job(float_tflite, "tflite", profile, [tm.TensorSpec(name, [-1, 16, 16, 3], "float32")],
+                      [tm.TensorSpec("probs", [-1, tm.NUM_CLASSES], "float32")], {name: [1, 16, 16, 3]}, tmp_path)
+    res = convert(job)
+    q = resolve_profile(profile).quantization
+    assert res.route.startswith("tflite (float) -> ai-edge-quantizer static int8")
+    assert (res.inputs[0].dtype, res.outputs[0].dtype) == (q.input_dtype, q.output_dtype)
+    assert res.inputs[0].shape == [1, 16, 16, 3]
+    interp = Interpreter(model_path=str(job.workdir / res.model_file))
+    assert all(d > 0 for d in interp.get_input_details()[0]["shape_signature"])
+    ops = {o["op_name"] for o in interp._get_ops_details()}
+    assert "CONV_2D" in ops and "FULLY_CONNECTED" in ops
+    refs = _float_reference("keras", sources["keras"], [{"image": f[name]} for f in job.holdout])
+    agree = sum(int(tm.run_tflite(job.workdir / res.model_file, f[name]).argmax() == r.argmax())
+                for f, r in zip(job.holdout, refs))
+    assert agree / len(refs) >= 0.9
+    if profile == "coral-edgetpu":
+        assert res.backend_options["edgetpu_precheck"]["ok"]
+
+
 def test_float_tflite_without_static_onnx_says_what_to_do(sources, tmp_path):
     from edge_sdk.converters.tflite_int8 import convert
 

@@ -70,7 +70,8 @@ def test_cli_writes_int8_tflite_for_both_profiles(cli_runs, fmt):
         assert gate["passed"] and gate["backend"] == "litert"
         metrics = next(iter(gate["outputs"].values()))
         assert metrics["cosine"] >= prof.accuracy.min_cosine and metrics["top1_agreement"] >= 0.9
-        assert "TFLiteConverter" in manifest["backend_options"]["routes"]["tflite-int8"]
+        route = manifest["backend_options"]["routes"]["tflite-int8"]
+        assert "TFLiteConverter" in route or "ai-edge-quantizer" in route
         if name == "coral-edgetpu":
             pre = manifest["backend_options"]["edgetpu_precheck"]
             assert pre["ok"] and pre["tpu_fraction"] == 1.0
@@ -80,10 +81,15 @@ def test_cli_writes_int8_tflite_for_both_profiles(cli_runs, fmt):
         assert "onnx2tf" in manifest["tools"]
 
 
-def test_tflite_source_route_is_recorded(cli_runs):
+def test_tflite_source_routes_are_recorded(cli_runs):
+    """arm-cpu: ai-edge-quantizer. coral: its model keeps a float SHAPE chain, so the static-ONNX route."""
     _, dest = cli_runs["tflite"]
-    manifest = json.loads((dest / "arm-cpu" / "manifest.json").read_text())
-    assert manifest["backend_options"]["routes"]["tflite-int8"].startswith("tflite -> tf2onnx")
+    arm = json.loads((dest / "arm-cpu" / "manifest.json").read_text())
+    assert arm["backend_options"]["routes"]["tflite-int8"].startswith("tflite (float) -> ai-edge-quantizer")
+    assert "ai-edge-quantizer" in arm["tools"]
+    coral = json.loads((dest / "coral-edgetpu" / "manifest.json").read_text())
+    assert coral["backend_options"]["routes"]["tflite-int8"].startswith("tflite -> tf2onnx")
+    assert any("not Edge TPU-clean" in w and "DEQUANTIZE" in w for w in coral["warnings"])
 
 
 def test_python_api_edge_tpu_leaky_model(tmp_path, e2e_inputs):
