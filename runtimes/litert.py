@@ -65,14 +65,17 @@ class LiteRTRunner(Runner):
         acc = self.config.accelerator
         if acc in ("xnnpack", "cpu"):
             return []  # XNNPACK is the interpreter's built-in default delegate
+        # Delegate options recorded by the converter, e.g. {"backends": "CpuAcc,GpuAcc"} for Arm NN,
+        # {"device": "usb:0"} for one of several Edge TPUs.
+        opts = {str(k): str(v) for k, v in
+                (self.config.backend_options.get("litert", {}).get("delegate_options", {}).get(acc, {})).items()}
         if acc == "edgetpu":
-            lib, why = edgetpu_library()
-            lib = lib or EDGETPU_LIBS.get("Linux")
-            target, opts = lib, {}
+            lib, _ = edgetpu_library()
+            target = lib or EDGETPU_LIBS.get("Linux")
         elif acc == "gpu":
-            target, opts = GPU_DELEGATE_LIB, {}
+            target = GPU_DELEGATE_LIB
         elif acc.startswith("external:"):
-            target, opts = acc.split(":", 1)[1], {}
+            target = acc.split(":", 1)[1]
         else:
             raise DelegateUnavailableError(f"Unknown LiteRT delegate '{acc}'.", "Use edgetpu, xnnpack, gpu or external:/path.so.")
         try:

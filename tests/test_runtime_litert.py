@@ -206,3 +206,31 @@ def test_interpreter_import_order(monkeypatch):
     with pytest.raises(MissingDependencyError, match="ai_edge_litert") as err:
         litert.interpreter_module()
     assert "edge-sdk[litert]" in err.value.hint
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_external_delegate_step_of_a_custom_profile(arts, tmp_path, feeds):
+    """A custom profile asking for an external delegate (e.g. Arm NN) that this host does not have."""
+    from edge_sdk.profiles import parse_profile
+
+    spec = parse_profile(dict(__import__("edge_sdk").resolve_profile("arm-cpu").to_dict(), name="my-board"), "test").to_dict()
+    spec["runtime"]["chain"] = [{"backend": "litert", "accelerator": "external:/opt/armnn/libarmnnDelegate.so",
+                                 "format": "tflite-int8", "native": True},
+                                {"backend": "litert", "accelerator": "xnnpack", "format": "tflite-int8", "native": False}]
+    folder = tmp_path / "board"
+    ra.copy_artifact(arts["arm-cpu"], folder)
+    import json
+
+    m = json.loads((folder / "manifest.json").read_text())
+    m["profile"] = {"name": "my-board", "sha256": "", "spec": spec}
+    m["backend_options"] = {"litert": {"delegate_options": {
+        "external:/opt/armnn/libarmnnDelegate.so": {"backends": "CpuAcc"}}}}
+    (folder / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(DelegateUnavailableError, match="libarmnnDelegate.so"):
+        edge_sdk.load(folder, strict=True)
+    with pytest.warns(FallbackWarning, match="external"):
+        model = edge_sdk.load(folder)
+    with model:
+        assert model.backend == "litert/xnnpack" and model.profile == "my-board"
+        np.testing.assert_array_equal(model.infer(feeds[0]).outputs["logits"],
+                                      raw_litert(folder / "model.tflite", feeds[0]))
