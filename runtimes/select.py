@@ -98,6 +98,8 @@ def resolve_folder(path: str | Path, profile: str | None, strict: bool) -> tuple
         DelegateUnavailableError: strict and no profile runs natively here.
     """
     path = Path(path)
+    if not path.exists():
+        raise ModelLoadError(f"Artifact folder not found: {path}", "Pass the folder that `edge-sdk convert` wrote.")
     if is_artifact_folder(path) or path.name == MANIFEST_NAME:
         return path, []
     folders = find_profile_folders(path)

@@ -223,6 +223,8 @@ def test_profile_mismatch_on_single_folder(arts):
 def test_not_an_artifact_folder(tmp_path):
     with pytest.raises(ModelLoadError, match="neither an artifact folder"):
         edge_sdk.load(tmp_path)
+    with pytest.raises(ModelLoadError, match="not found"):
+        edge_sdk.load(tmp_path / "missing")
 
 
 # ------------------------------------------------------------------ integrity
