@@ -309,7 +309,7 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
         if want != manifest.profile.name:
             raise ModelLoadError(f"{folder} was converted for profile '{manifest.profile.name}', not '{want}'.",
                                  "Load the artifact folder of that profile, or omit profile=.")
-    prof = manifest_profile(manifest, str(folder))
+    prof = manifest_profile(manifest, str(folder), verify=verify)
     cache = Path(cache_dir) if cache_dir is not None else Path.home() / ".cache" / "edge-sdk" / "engines"
     chosen: dict[str, str] = {}
 

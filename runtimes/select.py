@@ -18,7 +18,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edge_sdk.errors import DelegateUnavailableError, InputValidationError, ModelLoadError, ProfileError
+from edge_sdk.errors import DelegateUnavailableError, InputValidationError, ManifestError, ModelLoadError, ProfileError
 from edge_sdk.manifest import MANIFEST_NAME, Manifest, find_profile_folders, is_artifact_folder
 from edge_sdk.profiles import Profile, RuntimeStep, parse_profile, resolve_profile
 from edge_sdk.registry import Registry
@@ -67,19 +67,29 @@ def step_name(step: RuntimeStep) -> str:
     return f"{step.backend}/{step.accelerator}"
 
 
-def manifest_profile(manifest: Manifest, where: str) -> Profile:
-    """Parse the profile embedded in the manifest.
+def manifest_profile(manifest: Manifest, where: str, verify: bool = True) -> Profile:
+    """Parse the profile embedded in the manifest and check it against its recorded sha256.
+
+    Args:
+        manifest: The validated manifest.
+        where: The artifact folder, for messages.
+        verify: Check ``profile.sha256`` (the runtime chain decides what runs, so an edited
+            profile is as bad as an edited model file).
 
     Raises:
-        ModelLoadError: the manifest embeds no valid profile.
+        ModelLoadError: no valid profile embedded (``ManifestError`` when it was edited).
     """
     if not manifest.profile.spec:
         raise ModelLoadError(f"{where}: the manifest embeds no profile spec; cannot tell how to run it.",
                              "Convert the model again with this edge-sdk version.")
     try:
-        return parse_profile(manifest.profile.spec, f"{where} (embedded profile)")
+        profile = parse_profile(manifest.profile.spec, f"{where} (embedded profile)")
     except ProfileError as exc:
         raise ModelLoadError(exc.message, exc.hint) from None
+    if verify and profile.sha256 != manifest.profile.sha256:
+        raise ManifestError(f"{where}: the embedded profile '{profile.name}' does not match its sha256 in the manifest "
+                            "(edited or corrupt).", "Copy the artifact folder again from the source; do not edit manifest.json.")
+    return profile
 
 
 def resolve_folder(path: str | Path, profile: str | None, strict: bool) -> tuple[Path, list[str]]:

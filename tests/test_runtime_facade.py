@@ -239,6 +239,18 @@ def test_one_byte_change_is_refused(arts, tmp_path, name, file):
         edge_sdk.load(folder)
 
 
+def test_edited_embedded_profile_is_refused(arts, tmp_path):
+    """Moving the CPU step first in the embedded chain would turn a fallback into 'native'."""
+    import json
+
+    folder = ra.copy_artifact(arts["jetson-orin"], tmp_path / "a")
+    m = json.loads((folder / "manifest.json").read_text())
+    m["profile"]["spec"]["runtime"]["chain"][-1]["native"] = True
+    (folder / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ManifestError, match="embedded profile 'jetson-orin' does not match its sha256"):
+        edge_sdk.load(folder, strict=True)
+
+
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
 def test_corrupt_onnx_without_verify_is_a_load_error(arts, tmp_path, damage):
     folder = ra.copy_artifact(arts["jetson-orin"], tmp_path / "a")

@@ -222,7 +222,7 @@ def test_external_delegate_step_of_a_custom_profile(arts, tmp_path, feeds):
     import json
 
     m = json.loads((folder / "manifest.json").read_text())
-    m["profile"] = {"name": "my-board", "sha256": "", "spec": spec}
+    m["profile"] = {"name": "my-board", "sha256": parse_profile(spec, "test").sha256, "spec": spec}
     m["backend_options"] = {"litert": {"delegate_options": {
         "external:/opt/armnn/libarmnnDelegate.so": {"backends": "CpuAcc"}}}}
     (folder / "manifest.json").write_text(json.dumps(m))
