@@ -101,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(run_one(model, item, args.top_k), flush=True)
                 done += 1
                 failures = 0
+            except KeyboardInterrupt:
+                log.info("interrupted after %d input(s)", done)
+                return 130
             except InputValidationError as exc:
                 log.warning("skipping %s: %s", item, exc.message)
                 skipped += 1

@@ -5,4 +5,5 @@ lazily, and TensorFlow is never imported on the runtime path (LiteRT comes from
 ``ai_edge_litert`` or ``tflite_runtime``; ``tensorflow.lite`` is only a last resort).
 """
 
+from .base import FallbackWarning  # noqa: F401  (filter or record fallbacks: warnings.simplefilter("error", FallbackWarning))
 from .probe import StepStatus, probe_step  # noqa: F401
