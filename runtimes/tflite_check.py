@@ -18,9 +18,10 @@ from pathlib import Path
 
 from edge_sdk.errors import ModelLoadError
 
-#: TensorType -> element size in bytes (0: variable size, e.g. STRING; checked loosely).
+#: TensorType -> element size in bytes; 0 where the size is not a whole number of bytes per element
+#: (STRING, RESOURCE, VARIANT, packed INT4 / INT2), so constant sizes are not checked for those.
 ELEM_SIZE = {0: 4, 1: 2, 2: 4, 3: 1, 4: 8, 5: 0, 6: 1, 7: 2, 8: 8, 9: 1, 10: 8, 11: 16, 12: 8, 13: 0, 14: 0,
-             15: 4, 16: 2, 17: 0, 18: 0, 19: 2}
+             15: 4, 16: 2, 17: 0, 18: 2, 19: 0}
 MAX_RANK = 16
 
 
