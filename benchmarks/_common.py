@@ -61,6 +61,6 @@ def ensure_artifacts(out: Path, profiles: list[str]) -> Path:
     missing = [p for p in profiles if not (out / p / "manifest.json").is_file()]
     if missing:
         spec = from_dict(json.loads((DIGITS / "preprocess.json").read_text()))
-        edge_sdk.convert(str(DIGITS / "digits_cnn.onnx"), missing, str(out), calib=str(DIGITS / "calib"),
+        edge_sdk.convert(str(DIGITS / "digits_cnn.onnx"), missing, str(out), calib=str(DIGITS / "calib"), validation=str(DIGITS / "val"),
                          preprocess=spec, force=True)
     return out

@@ -25,7 +25,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for prof in PROFILES:
             t0 = time.perf_counter()
-            edge_sdk.convert(str(DIGITS / "digits_cnn.onnx"), [prof], str(Path(tmp) / prof), calib=str(DIGITS / "calib"),
+            edge_sdk.convert(str(DIGITS / "digits_cnn.onnx"), [prof], str(Path(tmp) / prof), calib=str(DIGITS / "calib"), validation=str(DIGITS / "val"),
                              preprocess=spec)
             dt = time.perf_counter() - t0
             man = edge_sdk.read_manifest(Path(tmp) / prof / prof)
