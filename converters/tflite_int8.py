@@ -25,7 +25,10 @@ profiles the Edge TPU pre-check runs and, if ``edgetpu_compiler`` is on PATH, th
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -65,6 +68,12 @@ class Converted:
 
 #: source format -> route (the pipeline never asks for a format without a route; a user may).
 ROUTES: Registry[Callable[[ConvertJob], Converted]] = Registry("TFLite int8 source format", ConversionError)
+
+
+def _integer_only(job: ConvertJob) -> bool:
+    """A profile with an operator table (an accelerator) runs integer ops only."""
+    ops = job.profile.operators
+    return bool(ops.supported or ops.allowed_dtypes)
 
 
 def _tool_versions(*names: str) -> dict[str, str]:
@@ -117,34 +126,64 @@ def _quantize_tf(job: ConvertJob, fn, arg_names: list[str], perms: dict[str, lis
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
+    calib = _calib_arrays(job, arg_names, perms)
     shapes = {n: ([job.input_shapes[n][i] for i in perms[n]] if n in perms else list(job.input_shapes[n]))
               for n in arg_names}
-    specs = [tf.TensorSpec(shapes[n], tf.float32, name=_sanitize(n)) for n in arg_names]
-    concrete = tf.function(fn, input_signature=specs).get_concrete_function()
-    # Freezing turns variables into constants: the calibrator cannot read resource variables.
-    frozen = convert_variables_to_constants_v2(concrete)
-    conv = tf.lite.TFLiteConverter.from_concrete_functions([frozen])
     q = job.profile.quantization
-    calib = _calib_arrays(job, arg_names, perms)
-    conv.optimizations = [tf.lite.Optimize.DEFAULT]
-    conv.representative_dataset = lambda: iter(calib)
-    strict = bool(job.profile.operators.supported)
-    ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    if not strict:
-        ops.append(tf.lite.OpsSet.TFLITE_BUILTINS)  # a CPU target may keep an odd op in float
-    conv.target_spec.supported_ops = ops
     tf_dtypes = {"int8": tf.int8, "uint8": tf.uint8, "float32": tf.float32}
-    conv.inference_input_type = tf_dtypes[q.input_dtype]
-    conv.inference_output_type = tf_dtypes[q.output_dtype]
-    if q.weights == "per-tensor":
-        conv._experimental_disable_per_channel = True  # noqa: SLF001 - the only switch TF offers
+    ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    if not _integer_only(job):
+        ops.append(tf.lite.OpsSet.TFLITE_BUILTINS)  # a CPU target may keep an odd op in float
     try:
-        return conv.convert()
+        with _quiet(Path(job.scratch) / "tflite_converter.log"):
+            specs = [tf.TensorSpec(shapes[n], tf.float32, name=_sanitize(n)) for n in arg_names]
+            concrete = tf.function(fn, input_signature=specs).get_concrete_function()
+            # Freezing turns variables into constants: the calibrator cannot read resource variables.
+            conv = tf.lite.TFLiteConverter.from_concrete_functions([convert_variables_to_constants_v2(concrete)])
+            conv.optimizations = [tf.lite.Optimize.DEFAULT]
+            conv.representative_dataset = lambda: iter(calib)
+            conv.target_spec.supported_ops = ops
+            conv.inference_input_type = tf_dtypes[q.input_dtype]
+            conv.inference_output_type = tf_dtypes[q.output_dtype]
+            if q.weights == "per-tensor":
+                conv._experimental_disable_per_channel = True  # noqa: SLF001 - the only switch TF offers
+            return conv.convert()
     except Exception as exc:  # noqa: BLE001 - TF raises ConverterError, RuntimeError, ValueError...
         raise ConversionError(f"TFLiteConverter could not make an int8 model for {job.profile.name}: "
                               f"{_first_line(exc)}",
                               "Ops named above have no int8 kernel; use the arm-cpu profile (float fallback) "
                               "or replace them.") from None
+
+
+@contextlib.contextmanager
+def _quiet(log: Path):
+    """Send the converter's console chatter (C++ prints on fds 1/2, absl and Python warnings) to ``log``.
+
+    The converter's errors still arrive as exceptions; only its progress noise is moved.
+    """
+    import logging
+    import warnings
+
+    absl = logging.getLogger("absl")
+    level = absl.level
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(log, "ab") as fh, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        absl.setLevel(logging.ERROR)
+        os.dup2(fh.fileno(), 1)
+        os.dup2(fh.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+            absl.setLevel(level)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -252,11 +291,13 @@ def _tflite(job: ConvertJob) -> Converted:
     from .edgetpu import precheck
 
     q = job.profile.quantization
+    _calib_arrays(job, [s.name for s in job.source.inputs], {})  # same checks as the other routes
     static_onnx = getattr(job, "static_onnx", None)  # set by the pipeline; None for jobs built by hand
     try:
-        model = quantize_float_tflite(Path(job.source.path).read_bytes(), job.input_shapes, job.calib,
-                                      per_tensor=q.weights == "per-tensor", input_dtype=q.input_dtype,
-                                      output_dtype=q.output_dtype)
+        with _quiet(Path(job.scratch) / "ai_edge_quantizer.log"):
+            model = quantize_float_tflite(Path(job.source.path).read_bytes(), job.input_shapes, job.calib,
+                                          per_tensor=q.weights == "per-tensor", input_dtype=q.input_dtype,
+                                          output_dtype=q.output_dtype)
         converted = Converted(model, "tflite (float) -> ai-edge-quantizer static int8" + (
             "" if q.input_dtype == "float32" else f" -> LiteRT model interface ({q.input_dtype} I/O)"),
             _tool_versions("ai-edge-quantizer", "ai-edge-litert"))
@@ -400,7 +441,7 @@ def convert(job: ConvertJob) -> FormatResult:
     job.log(f"{job.source.format} route for profile {job.profile.name}")
     converted = route(job)
     model = converted.model
-    strict_int = bool(job.profile.operators.supported or job.profile.operators.allowed_dtypes)
+    strict_int = _integer_only(job)
     float_ops = _float_ops(model)
     if float_ops and strict_int:
         raise ConversionError(
