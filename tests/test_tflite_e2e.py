@@ -138,3 +138,16 @@ def test_two_input_two_output_onnx_keeps_source_layouts(tmp_path):
         assert gate["passed"] and set(gate["outputs"]) == {"logits", "features"}
         interp = Interpreter(model_path=str(folder / "model.tflite"))
         assert sorted(tuple(d["shape"]) for d in interp.get_output_details()) == [(1, 5), (1, 8, 24, 16)]
+
+
+def test_savedmodel_source_for_coral(tmp_path, e2e_inputs):
+    import edge_sdk
+
+    model = models.savedmodel(tmp_path / "sm")
+    summary = edge_sdk.convert(str(model), ["coral-edgetpu"], str(tmp_path / "out"), calib=str(e2e_inputs["calib"]),
+                               progress=lambda _line: None)
+    assert summary.ok
+    manifest = json.loads((tmp_path / "out" / "coral-edgetpu" / "manifest.json").read_text())
+    assert manifest["backend_options"]["routes"]["tflite-int8"].startswith("savedmodel -> tf.function")
+    assert [t["dtype"] for t in manifest["inputs"] + manifest["outputs"]] == ["uint8", "uint8"]
+    assert manifest["accuracy"]["formats"]["tflite-int8"]["passed"]
