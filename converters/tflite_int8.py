@@ -372,9 +372,11 @@ def _io_specs(model: bytes, sources: list[TensorSpec], converted: Converted, kin
     return specs
 
 
-def _check_io_dtypes(specs: list[TensorSpec], want: str, kind: str) -> None:
-    for spec in specs:
-        if spec.dtype != want and not (want == "float32" and spec.dtype not in ("int8", "uint8")):
+def _check_io_dtypes(specs: list[TensorSpec], sources: list[TensorSpec], want: str, kind: str) -> None:
+    """Float tensors of the source must come out in the profile's dtype (integer ones, e.g. an
+    argmax index or token ids, keep theirs)."""
+    for spec, src in zip(specs, sources):
+        if src.dtype in ("float32", "float16") and spec.dtype != want:
             raise ConversionError(
                 f"Model {kind[:-1]} '{spec.name}' came out as {spec.dtype}, but the profile asks for {want}.",
                 "The converter could not honour the profile's I/O dtype for this model.",
@@ -453,8 +455,8 @@ def convert(job: ConvertJob) -> FormatResult:
     q = job.profile.quantization
     inputs = _io_specs(model, job.source.inputs, converted, "inputs")
     outputs = _io_specs(model, job.source.outputs, converted, "outputs")
-    _check_io_dtypes(inputs, q.input_dtype, "inputs")
-    _check_io_dtypes(outputs, q.output_dtype, "outputs")
+    _check_io_dtypes(inputs, job.source.inputs, q.input_dtype, "inputs")
+    _check_io_dtypes(outputs, job.source.outputs, q.output_dtype, "outputs")
     result = FormatResult(
         model_file=MODEL_FILE, inputs=inputs, outputs=outputs, precision="int8",
         tools=dict(converted.tools), route=converted.route, warnings=list(converted.warnings),
