@@ -76,3 +76,21 @@ def test_dynamic_shapes_are_flagged(odd_models, tmp_path):
 def test_garbage_is_not_a_tflite_model():
     with pytest.raises(ConversionError, match="Not a TFLite model"):
         precheck(b"definitely not a flatbuffer", CORAL_OPS)
+
+
+def test_subgraphs_and_rank_are_flagged():
+    """A WHILE loop makes a second subgraph; a rank-5 reshape exceeds the Edge TPU's max rank."""
+    import tensorflow as tf
+
+    @tf.function(input_signature=[tf.TensorSpec([1, 4, 4, 2], tf.float32)])
+    def fn(x):
+        y = tf.reshape(x, [1, 2, 2, 4, 2]) * 2.0
+        _, z = tf.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, v * 0.5), [tf.constant(0), tf.reshape(y, [1, 32])])
+        return z
+
+    conv = tf.lite.TFLiteConverter.from_concrete_functions([fn.get_concrete_function()], fn)
+    report = precheck(conv.convert(), OperatorSpec(max_rank=4, single_subgraph=True))
+    assert any("more than one subgraph" in m for m in report.model_issues)
+    assert any("more than one subgraph" in b for b in report.blocking)
+    assert any("rank 5 > 4" in r for i in report.issues for r in i.reasons)
+    assert report.op_counts.get("WHILE") == 1  # ops are counted in the main subgraph
