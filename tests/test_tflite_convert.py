@@ -199,6 +199,8 @@ def test_float_tflite_with_ai_edge_quantizer(float_tflite, sources, tmp_path, pr
     agree = sum(int(tm.run_tflite(job.workdir / res.model_file, f[name]).argmax() == r.argmax())
                 for f, r in zip(job.holdout, refs))
     assert agree / len(refs) >= 0.9
+    scales = _conv_weight_scales(job.workdir / res.model_file)
+    assert scales and all((n == 1) if profile == "coral-edgetpu" else (n > 1) for n in scales)
     if profile == "coral-edgetpu":
         assert res.backend_options["edgetpu_precheck"]["ok"]
 
@@ -211,3 +213,23 @@ def test_float_tflite_without_static_onnx_says_what_to_do(sources, tmp_path):
     with pytest.raises(ConversionError, match="static ONNX") as err:
         convert(job)
     assert "edge-sdk convert" in err.value.hint
+
+
+def _conv_weight_scales(path) -> list[int]:
+    """Number of quantization scales of each CONV_2D weight tensor."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interp = Interpreter(model_path=str(path))
+    tensors = {t["index"]: t for t in interp.get_tensor_details()}
+    return [len(tensors[int(op["inputs"][1])]["quantization_parameters"]["scales"])
+            for op in interp._get_ops_details() if op["op_name"] == "CONV_2D"]
+
+
+@pytest.mark.parametrize("fmt", ["keras", "onnx"])
+def test_weights_granularity_follows_profile(converted, fmt):
+    """coral-edgetpu asks for per-tensor weights, arm-cpu for per-channel."""
+    job, res = converted[(fmt, "coral-edgetpu")]
+    assert _conv_weight_scales(job.workdir / res.model_file) and all(
+        n == 1 for n in _conv_weight_scales(job.workdir / res.model_file))
+    job, res = converted[(fmt, "arm-cpu")]
+    assert all(n > 1 for n in _conv_weight_scales(job.workdir / res.model_file))
