@@ -10,12 +10,15 @@ Why a child process:
   from the *current directory* first; see ``onnx2tf.utils.common_functions.
   download_test_image_data``). The child runs with its cwd in scratch where we put that file,
   made from *our* calibration feeds, so onnx2tf never needs the network. As a second guard the
-  child replaces ``socket.socket.connect`` with a function that records the attempt and refuses
-  it, so any other download also fails loudly instead of leaking out.
-* TensorFlow/onnx2tf global state (log levels, Keras sessions) stays out of the caller.
+  child replaces ``socket.getaddrinfo`` and ``socket.socket.connect`` with functions that record
+  the attempt and refuse it, so any other download also fails loudly instead of leaking out.
+* TensorFlow/onnx2tf global state (log levels, Keras sessions) and onnx2tf's own dependency
+  pins stay out of the caller's process.
 
-onnx2tf transposes NCHW image inputs to NHWC; :func:`onnx_to_savedmodel` reports that per input
-so the caller can transpose calibration feeds and state the artifact's real layout.
+Layouts: onnx2tf moves channels last. By default (``keep_layout``) NCHW image inputs stay NCHW
+(onnx2tf puts a TRANSPOSE inside the model); otherwise they become NHWC and
+:func:`onnx_to_savedmodel` reports the permutation per input. Channel-last outputs are found by
+:func:`output_perms` and put back by the caller.
 """
 
 from __future__ import annotations

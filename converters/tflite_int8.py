@@ -25,22 +25,20 @@ profiles the Edge TPU pre-check runs and, if ``edgetpu_compiler`` is on PATH, th
 
 from __future__ import annotations
 
-import contextlib
-import os
-import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from edge_sdk.errors import CalibrationError, ConversionError
+from edge_sdk.errors import ConversionError
 from edge_sdk.fsutil import atomic_write_bytes
 from edge_sdk.manifest import Quantization, TensorSpec
 from edge_sdk.registry import Registry
 
 from .base import ConvertJob, FormatResult
+from .tflite_tf_route import (calib_arrays, first_line, from_savedmodel_dir, integer_only, outputs_in_order, quantize_tf,
+                              quiet, sanitize)
 
 MODEL_FILE = "model.tflite"
 
@@ -70,189 +68,17 @@ class Converted:
 ROUTES: Registry[Callable[[ConvertJob], Converted]] = Registry("TFLite int8 source format", ConversionError)
 
 
-def _integer_only(job: ConvertJob) -> bool:
-    """A profile with an operator table (an accelerator) runs integer ops only."""
-    ops = job.profile.operators
-    return bool(ops.supported or ops.allowed_dtypes)
-
-
 def _tool_versions(*names: str) -> dict[str, str]:
     from edge_sdk._deps import version_of
 
     return {n: version_of(n) or "unknown" for n in names}
 
 
-def _sanitize(name: str) -> str:
-    """A name TensorFlow accepts for an op/TensorSpec (``^[A-Za-z0-9.][A-Za-z0-9_.\\/>-]*$``)."""
-    out = re.sub(r"[^A-Za-z0-9_.\-/]", "_", name)
-    return out if out and out[0].isalnum() else f"x{out}"
-
-
-def _calib_arrays(job: ConvertJob, names: list[str], perms: dict[str, list[int]]) -> list[list[np.ndarray]]:
-    """Calibration feeds as lists in model-input order, transposed where the route changed layout.
-
-    Raises:
-        CalibrationError: no feeds, or a feed lacks an input / has the wrong shape.
-    """
-    if not job.calib:
-        raise CalibrationError("No calibration data for int8 TFLite conversion.",
-                               "Pass --calib with images or an .npz, or --calib random for a smoke test.")
-    out = []
-    for k, feed in enumerate(job.calib):
-        row = []
-        for name in names:
-            if name not in feed:
-                raise CalibrationError(f"Calibration sample {k} has no input '{name}' (has: {', '.join(feed)}).")
-            arr = np.asarray(feed[name], dtype=np.float32)
-            want = list(job.input_shapes[name])
-            if list(arr.shape) != want:
-                raise CalibrationError(f"Calibration sample {k} input '{name}' has shape {list(arr.shape)}, "
-                                       f"expected {want}.")
-            row.append(np.transpose(arr, perms[name]) if name in perms else arr)
-        out.append(row)
-    return out
-
-
-def _quantize_tf(job: ConvertJob, fn, arg_names: list[str], perms: dict[str, list[int]]) -> bytes:
-    """Trace ``fn`` at static shapes, freeze it, and quantize it with TFLiteConverter.
-
-    Args:
-        job: The job (profile, shapes, calibration).
-        fn: A Python callable taking the inputs positionally (source order) and returning a list
-            of outputs in source order.
-        arg_names: Source input names, in order.
-        perms: Layout permutations applied to inputs (shapes and calibration are transposed).
-    """
-    import tensorflow as tf
-    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
-
-    calib = _calib_arrays(job, arg_names, perms)
-    shapes = {n: ([job.input_shapes[n][i] for i in perms[n]] if n in perms else list(job.input_shapes[n]))
-              for n in arg_names}
-    q = job.profile.quantization
-    tf_dtypes = {"int8": tf.int8, "uint8": tf.uint8, "float32": tf.float32}
-    ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    if not _integer_only(job):
-        ops.append(tf.lite.OpsSet.TFLITE_BUILTINS)  # a CPU target may keep an odd op in float
-    try:
-        with _quiet(Path(job.scratch) / "tflite_converter.log"):
-            specs = [tf.TensorSpec(shapes[n], tf.float32, name=_sanitize(n)) for n in arg_names]
-            concrete = tf.function(fn, input_signature=specs).get_concrete_function()
-            # Freezing turns variables into constants: the calibrator cannot read resource variables.
-            conv = tf.lite.TFLiteConverter.from_concrete_functions([convert_variables_to_constants_v2(concrete)])
-            conv.optimizations = [tf.lite.Optimize.DEFAULT]
-            conv.representative_dataset = lambda: iter(calib)
-            conv.target_spec.supported_ops = ops
-            conv.inference_input_type = tf_dtypes[q.input_dtype]
-            conv.inference_output_type = tf_dtypes[q.output_dtype]
-            if q.weights == "per-tensor":
-                conv._experimental_disable_per_channel = True  # noqa: SLF001 - the only switch TF offers
-            return conv.convert()
-    except Exception as exc:  # noqa: BLE001 - TF raises ConverterError, RuntimeError, ValueError...
-        raise ConversionError(f"TFLiteConverter could not make an int8 model for {job.profile.name}: "
-                              f"{_first_line(exc)}",
-                              "Ops named above have no int8 kernel; use the arm-cpu profile (float fallback) "
-                              "or replace them.") from None
-
-
-@contextlib.contextmanager
-def _quiet(log: Path):
-    """Send the converter's console chatter (C++ prints on fds 1/2, absl and Python warnings) to ``log``.
-
-    The converter's errors still arrive as exceptions; only its progress noise is moved.
-    """
-    import logging
-    import warnings
-
-    absl = logging.getLogger("absl")
-    level = absl.level
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    with open(log, "ab") as fh, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        absl.setLevel(logging.ERROR)
-        os.dup2(fh.fileno(), 1)
-        os.dup2(fh.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            for fd in saved:
-                os.close(fd)
-            absl.setLevel(level)
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    picked = [ln for ln in lines if "error" in ln.lower() or "op" in ln.lower()] or lines or [type(exc).__name__]
-    return picked[0][:400]
-
-
-def _outputs_in_order(result, names: list[str]) -> list:
-    """Order a signature's output dict like the source outputs (by name, else by key order)."""
-    if not isinstance(result, dict):
-        return list(result) if isinstance(result, (list, tuple)) else [result]
-    keys = list(result)
-    picked = []
-    for i, name in enumerate(names):
-        key = name if name in result else _sanitize(name) if _sanitize(name) in result else None
-        picked.append(result[key] if key is not None else result[sorted(keys)[i]])
-    return picked
-
-
-def _from_savedmodel_dir(job: ConvertJob, path: Path, perms: dict[str, list[int]] | None = None,
-                         onnx_ref: Path | None = None) -> bytes:
-    """Quantize a SavedModel's ``serving_default``; ``onnx_ref`` (onnx2tf routes) fixes output layouts."""
-    import tensorflow as tf
-
-    perms = perms or {}
-    try:
-        loaded = tf.saved_model.load(str(path))
-        sig = loaded.signatures["serving_default"]
-    except (KeyError, OSError, ValueError) as exc:
-        raise ConversionError(f"Cannot load SavedModel {path} with a 'serving_default' signature: "
-                              f"{_first_line(exc)}") from None
-    sig_keys = list(sig.structured_input_signature[1])
-    names = [s.name for s in job.source.inputs]
-    keymap = {}
-    for i, name in enumerate(names):
-        # The key as given, as we sanitise names, as onnx2tf does (':' -> '__'), else by position.
-        found = [k for k in (name, _sanitize(name), name.replace(":", "__")) if k in sig_keys]
-        keymap[name] = found[0] if found else sig_keys[i]
-    out_names = [s.name for s in job.source.outputs]
-
-    def raw(*args):
-        return _outputs_in_order(sig(**{keymap[n]: a for n, a in zip(names, args)}), out_names)
-
-    out_perms = {}
-    if onnx_ref is not None:
-        from .onnx2tf_route import output_perms
-
-        # One sample through both models says which outputs onnx2tf made channel-last.
-        feed = {n: np.asarray(job.calib[0][n], np.float32) if job.calib else
-                np.full(job.input_shapes[n], 0.5, np.float32) for n in names}
-        tf_outs = raw(*[np.transpose(feed[n], perms[n]) if n in perms else feed[n] for n in names])
-        out_perms = output_perms(onnx_ref, feed, [np.asarray(o) for o in tf_outs], out_names)
-
-    def fn(*args):
-        outs = raw(*args)
-        # Back to the source layout: one manifest describes every format of a profile.
-        return [tf.transpose(o, out_perms[i]) if i in out_perms else o for i, o in enumerate(outs)]
-
-    model = _quantize_tf(job, fn, names, perms)
-    del loaded  # keep the SavedModel's variables alive until the model is frozen and converted
-    return model
-
-
 @ROUTES.register("savedmodel")
 def _savedmodel(job: ConvertJob) -> Converted:
-    model = _from_savedmodel_dir(job, job.source.path)
+    model = from_savedmodel_dir(job, job.source.path)
     return Converted(model, "savedmodel -> tf.function (static shapes) -> TFLiteConverter int8",
-                     _tool_versions("tensorflow"), {s.name: _sanitize(s.name) for s in job.source.inputs})
+                     _tool_versions("tensorflow"), {s.name: sanitize(s.name) for s in job.source.inputs})
 
 
 @ROUTES.register("keras")
@@ -262,16 +88,16 @@ def _keras(job: ConvertJob) -> Converted:
     try:
         km = tf.keras.models.load_model(str(job.source.path), compile=False)
     except Exception as exc:  # noqa: BLE001 - Keras raises many types for a bad file
-        raise ConversionError(f"Cannot load Keras model {job.source.path}: {_first_line(exc)}") from None
+        raise ConversionError(f"Cannot load Keras model {job.source.path}: {first_line(exc)}") from None
     names = [s.name for s in job.source.inputs]
 
     def fn(*args):
         out = km(list(args) if len(args) > 1 else args[0])
-        return list(out) if isinstance(out, (list, tuple)) else _outputs_in_order(out, [s.name for s in job.source.outputs])
+        return list(out) if isinstance(out, (list, tuple)) else outputs_in_order(out, [s.name for s in job.source.outputs])
 
-    model = _quantize_tf(job, fn, names, {})
+    model = quantize_tf(job, fn, names, {})
     return Converted(model, "keras -> tf.function (static shapes) -> TFLiteConverter int8",
-                     _tool_versions("tensorflow", "keras"), {n: _sanitize(n) for n in names})
+                     _tool_versions("tensorflow", "keras"), {n: sanitize(n) for n in names})
 
 
 @ROUTES.register("onnx")
@@ -291,10 +117,10 @@ def _tflite(job: ConvertJob) -> Converted:
     from .edgetpu import precheck
 
     q = job.profile.quantization
-    _calib_arrays(job, [s.name for s in job.source.inputs], {})  # same checks as the other routes
+    calib_arrays(job, [s.name for s in job.source.inputs], {})  # same checks as the other routes
     static_onnx = getattr(job, "static_onnx", None)  # set by the pipeline; None for jobs built by hand
     try:
-        with _quiet(Path(job.scratch) / "ai_edge_quantizer.log"):
+        with quiet(Path(job.scratch) / "ai_edge_quantizer.log"):
             model = quantize_float_tflite(Path(job.source.path).read_bytes(), job.input_shapes, job.calib,
                                           per_tensor=q.weights == "per-tensor", input_dtype=q.input_dtype,
                                           output_dtype=q.output_dtype)
@@ -332,10 +158,10 @@ def _via_onnx(job: ConvertJob, onnx_path: Path, origin: str) -> Converted:
         raise ConversionError(f"Option tflite_input_layout must be 'source' or 'nhwc', got {layout!r}.")
     res = onnx_to_savedmodel(onnx_path, shapes, job.calib, Path(job.scratch),
                              keep_layout=layout == "source")
-    model = _from_savedmodel_dir(job, res.saved_model, res.input_perms, onnx_ref=onnx_path)
+    model = from_savedmodel_dir(job, res.saved_model, res.input_perms, onnx_ref=onnx_path)
     tools = _tool_versions("onnx2tf", "tensorflow", "onnx")
     return Converted(model, f"{origin} -> onnx2tf (SavedModel) -> tf.function (static shapes) -> TFLiteConverter int8",
-                     tools, {s.name: _sanitize(s.name) for s in job.source.inputs}, dict(res.input_perms))
+                     tools, {s.name: sanitize(s.name) for s in job.source.inputs}, dict(res.input_perms))
 
 
 def _dtype_name(np_dtype) -> str:
@@ -443,7 +269,7 @@ def convert(job: ConvertJob) -> FormatResult:
     job.log(f"{job.source.format} route for profile {job.profile.name}")
     converted = route(job)
     model = converted.model
-    strict_int = _integer_only(job)
+    strict_int = integer_only(job)
     float_ops = _float_ops(model)
     if float_ops and strict_int:
         raise ConversionError(
