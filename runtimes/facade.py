@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from edge_sdk.errors import InputValidationError, ModelLoadError
+from edge_sdk.errors import DelegateUnavailableError, InputValidationError, ModelLoadError
 from edge_sdk.manifest import Manifest, TensorSpec, read_manifest
 from edge_sdk.profiles import RuntimeStep
 
@@ -315,6 +315,8 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
 
     def make_config(step: RuntimeStep) -> RunnerConfig:
         art = manifest.artifact(step.format, "model")
+        if step.backend == "litert" and step.accelerator == "edgetpu":
+            art = _edgetpu_model(manifest, step.format)
         chosen["sha"] = art.sha256
         files = {a.role: folder / a.path for a in manifest.artifacts if a.role != "model"}
         return RunnerConfig(model_path=folder / art.path, accelerator=step.accelerator, num_threads=num_threads,
@@ -332,6 +334,24 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
     except BaseException:
         runner.deactivate()
         raise
+
+
+def _edgetpu_model(manifest, fmt: str):
+    """The ``*_edgetpu.tflite`` that edgetpu_compiler made (role ``engine``).
+
+    The Edge TPU delegate only runs the compiler's custom op: handing it the plain int8 model would
+    "succeed" while every op runs on the host CPU, so an uncompiled artifact skips this step instead.
+
+    Raises:
+        DelegateUnavailableError: the artifact was not compiled for the Edge TPU.
+    """
+    for art in manifest.artifacts:
+        if art.role == "engine" and art.format == fmt and art.path.endswith("_edgetpu.tflite"):
+            return art
+    raise DelegateUnavailableError(
+        "the artifact was not compiled for the Edge TPU (no *_edgetpu.tflite in the manifest)",
+        "compile it with edgetpu_compiler (the command is in the manifest's warnings) and convert again "
+        "on a host that has edgetpu_compiler on PATH")
 
 
 __all__ = ["InferenceResult", "LoadOptions", "Model", "load"]

@@ -205,7 +205,12 @@ def open_runner(folder: Path, manifest: Manifest, profile: Profile, *, backend: 
             sel.skipped.append(f"{step_name(step)}: {status.reason}")
             fixes.append(status.fix)
             continue
-        config = make_config(step)
+        try:
+            config = make_config(step)
+        except DelegateUnavailableError as exc:  # the artifact cannot use this step (e.g. not compiled for it)
+            sel.skipped.append(f"{step_name(step)}: {exc.message}")
+            fixes.append(exc.hint or "")
+            continue
         runner_cls = BACKENDS.get(step.backend)
         runner = runner_cls(config)
         if trial:

@@ -123,22 +123,57 @@ def test_arm_second_format_runs_on_onnxruntime_explicitly(arts, feeds):
         assert model.infer(feeds[0]).outputs["logits"].shape == (1, 4)
 
 
-# ai_edge_litert's Delegate.__del__ trips over its own failed __init__ (upstream bug, harmless).
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-def test_edgetpu_delegate_failing_to_load_is_reported(arts, monkeypatch, feeds):
-    """Fake: the probe claims an Edge TPU; the real load_delegate then fails (no libedgetpu here)."""
+def _pretend_edgetpu(monkeypatch):
+    """Fake: the probe claims an Edge TPU is attached (the real delegate library is absent here)."""
     from edge_sdk.runtimes import select
     from edge_sdk.runtimes.probe import StepStatus, probe_step
 
     monkeypatch.setattr(select, "probe_step",
                         lambda b, a: StepStatus(True, "pretend") if a == "edgetpu" else probe_step(b, a))
-    with pytest.raises(DelegateUnavailableError, match="failed to load"):
+
+
+def _with_compiled_model(src, dst):
+    """A copy of the coral artifact that also lists a ``*_edgetpu.tflite`` (role engine), as the
+    converter does when edgetpu_compiler ran."""
+    import shutil
+
+    from edge_sdk.manifest import file_entry, read_manifest, write_manifest
+
+    folder = ra.copy_artifact(src, dst)
+    shutil.copyfile(folder / "model.tflite", folder / "model_edgetpu.tflite")
+    m = read_manifest(folder)
+    m.artifacts.append(file_entry(folder, "model_edgetpu.tflite", fmt="tflite-int8", precision="int8", role="engine"))
+    write_manifest(folder, m)
+    return folder
+
+
+def test_uncompiled_artifact_does_not_pretend_to_use_the_edge_tpu(arts, monkeypatch):
+    """Even with a TPU attached, a model edgetpu_compiler never saw would run every op on the CPU:
+    the Edge TPU step is skipped with the reason, never reported as running on the TPU."""
+    _pretend_edgetpu(monkeypatch)
+    with pytest.raises(DelegateUnavailableError, match="not compiled for the Edge TPU"):
         edge_sdk.load(arts["coral-edgetpu"], strict=True)
-    with pytest.warns(FallbackWarning, match="edgetpu"):
+    with pytest.warns(FallbackWarning, match="not compiled"):
         model = edge_sdk.load(arts["coral-edgetpu"])
     with model:
         assert model.delegate == "xnnpack"
+
+
+# ai_edge_litert's Delegate.__del__ trips over its own failed __init__ (upstream bug, harmless).
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_edgetpu_delegate_failing_to_load_is_reported(arts, monkeypatch, tmp_path):
+    """A compiled artifact is handed to the real load_delegate, which fails here (no libedgetpu)."""
+    _pretend_edgetpu(monkeypatch)
+    folder = _with_compiled_model(arts["coral-edgetpu"], tmp_path / "compiled")
+    with pytest.raises(DelegateUnavailableError, match="failed to load"):
+        edge_sdk.load(folder, strict=True)
+    with pytest.warns(FallbackWarning, match="edgetpu"):
+        model = edge_sdk.load(folder)
+    with model:
+        assert model.delegate == "xnnpack"
         assert "failed to load" in model.selection.skipped[0]
+        # The CPU fallback runs the plain int8 model, not the compiled one.
+        assert model.model_sha256 == next(a.sha256 for a in model.manifest.artifacts if a.path == "model.tflite")
 
 
 def test_eight_threads_match_single_threaded(arts):
