@@ -22,6 +22,7 @@ from edge_sdk.profiles import AccuracySpec, Profile, RuntimeStep
 from edge_sdk.registry import Registry
 
 from .base import Feed, SourceModel
+from .console import import_tensorflow
 from .sources import keras_output_names, load_keras, load_signature, tflite_interpreter
 
 #: The runtime step used for the gate per format: one that runs on a workstation CPU.
@@ -115,7 +116,7 @@ def _ref_onnx(source: SourceModel, static_onnx: Path) -> FloatReference:
 
 
 def _ref_keras(source: SourceModel, static_onnx: Path) -> FloatReference:
-    tf = require("tensorflow", "the float reference")
+    tf = import_tensorflow("the float reference")
     model = load_keras(source.path)
     names = keras_output_names(model)
 
@@ -129,7 +130,7 @@ def _ref_keras(source: SourceModel, static_onnx: Path) -> FloatReference:
 
 
 def _ref_savedmodel(source: SourceModel, static_onnx: Path) -> FloatReference:
-    tf = require("tensorflow", "the float reference")
+    tf = import_tensorflow("the float reference")
     loaded, sig = load_signature(source.path)
 
     def run(feed: Feed) -> dict[str, np.ndarray]:

@@ -22,6 +22,7 @@ from edge_sdk.manifest import TensorSpec
 from edge_sdk.registry import Registry
 
 from .base import SourceModel
+from .console import import_tensorflow, quiet
 
 #: Opset used when a TF/TFLite source is exported to ONNX (tf2onnx 1.17 supports it).
 TF2ONNX_OPSET = 17
@@ -85,7 +86,7 @@ def _read_onnx(path: Path) -> tuple[list[TensorSpec], list[TensorSpec]]:
 
 def load_keras(path: Path):
     """Load a Keras model (inference only) or raise :class:`ModelLoadError`."""
-    tf = require("tensorflow", "reading Keras models")
+    tf = import_tensorflow("reading Keras models")
     try:
         return tf.keras.models.load_model(str(path), compile=False)
     except Exception as exc:  # noqa: BLE001 - Keras raises many types for a bad file
@@ -107,7 +108,7 @@ def _read_keras(path: Path):
 
 def load_signature(path: Path):
     """The ``serving_default`` (else the first) signature of a SavedModel."""
-    tf = require("tensorflow", "reading SavedModels")
+    tf = import_tensorflow("reading SavedModels")
     try:
         loaded = tf.saved_model.load(str(path))
     except Exception as exc:  # noqa: BLE001
@@ -252,7 +253,7 @@ def _ort_dtype(type_str: str):
 
 
 def _tf_function_to_onnx(fn, source: SourceModel, input_shapes: dict[str, list[int]], out: Path) -> None:
-    tf = require("tensorflow", "exporting TF models to ONNX")
+    tf = import_tensorflow("exporting TF models to ONNX")
     tf2onnx = require("tf2onnx", "exporting TF models to ONNX")
     specs = [tf.TensorSpec(input_shapes[s.name], tf.dtypes.as_dtype(s.dtype), name=s.name) for s in source.inputs]
     names = [s.name for s in source.inputs]
@@ -262,7 +263,8 @@ def _tf_function_to_onnx(fn, source: SourceModel, input_shapes: dict[str, list[i
         return fn(dict(zip(names, args)))
 
     try:
-        tf2onnx.convert.from_function(serve, input_signature=specs, opset=TF2ONNX_OPSET, output_path=str(out))
+        with quiet(Path(out).parent / "tf2onnx.log"):
+            tf2onnx.convert.from_function(serve, input_signature=specs, opset=TF2ONNX_OPSET, output_path=str(out))
     except Exception as exc:  # noqa: BLE001 - tf2onnx raises anything
         raise ConversionError(f"tf2onnx could not convert {source.path}: {str(exc)[:300]}",
                               "An op may be unsupported by ONNX; try an OpenVINO or TFLite profile.") from None

@@ -37,8 +37,9 @@ from edge_sdk.manifest import Quantization, TensorSpec
 from edge_sdk.registry import Registry
 
 from .base import ConvertJob, FormatResult
+from .console import import_tensorflow, quiet
 from .tflite_tf_route import (calib_arrays, first_line, from_savedmodel_dir, integer_only, outputs_in_order, quantize_tf,
-                              quiet, sanitize)
+                              sanitize)
 
 MODEL_FILE = "model.tflite"
 
@@ -83,7 +84,7 @@ def _savedmodel(job: ConvertJob) -> Converted:
 
 @ROUTES.register("keras")
 def _keras(job: ConvertJob) -> Converted:
-    import tensorflow as tf
+    tf = import_tensorflow("int8 TFLite conversion")
 
     try:
         km = tf.keras.models.load_model(str(job.source.path), compile=False)

@@ -10,10 +10,7 @@ console chatter goes to a log in scratch.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +18,7 @@ import numpy as np
 from edge_sdk.errors import CalibrationError, ConversionError
 
 from .base import ConvertJob
+from .console import import_tensorflow, quiet
 
 
 def integer_only(job: ConvertJob) -> bool:
@@ -70,7 +68,7 @@ def quantize_tf(job: ConvertJob, fn, arg_names: list[str], perms: dict[str, list
         arg_names: Source input names, in order.
         perms: Layout permutations applied to inputs (shapes and calibration are transposed).
     """
-    import tensorflow as tf
+    tf = import_tensorflow("int8 TFLite conversion")
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
     calib = calib_arrays(job, arg_names, perms)
@@ -102,37 +100,6 @@ def quantize_tf(job: ConvertJob, fn, arg_names: list[str], perms: dict[str, list
                               "or replace them.") from None
 
 
-@contextlib.contextmanager
-def quiet(log: Path):
-    """Send the converter's console chatter (C++ prints on fds 1/2, absl and Python warnings) to ``log``.
-
-    The converter's errors still arrive as exceptions; only its progress noise is moved.
-    """
-    import logging
-    import warnings
-
-    absl = logging.getLogger("absl")
-    level = absl.level
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    with open(log, "ab") as fh, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        absl.setLevel(logging.ERROR)
-        os.dup2(fh.fileno(), 1)
-        os.dup2(fh.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            for fd in saved:
-                os.close(fd)
-            absl.setLevel(level)
-
-
 def first_line(exc: BaseException) -> str:
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     picked = [ln for ln in lines if "error" in ln.lower() or "op" in ln.lower()] or lines or [type(exc).__name__]
@@ -154,7 +121,7 @@ def outputs_in_order(result, names: list[str]) -> list:
 def from_savedmodel_dir(job: ConvertJob, path: Path, perms: dict[str, list[int]] | None = None,
                          onnx_ref: Path | None = None) -> bytes:
     """Quantize a SavedModel's ``serving_default``; ``onnx_ref`` (onnx2tf routes) fixes output layouts."""
-    import tensorflow as tf
+    tf = import_tensorflow("int8 TFLite conversion")
 
     perms = perms or {}
     try:
