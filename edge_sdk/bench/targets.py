@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from edge_sdk import hostinfo
 from edge_sdk.errors import DelegateUnavailableError, InputValidationError, ModelLoadError, ProfileError
 from edge_sdk.manifest import MANIFEST_NAME, find_profile_folders, is_artifact_folder
 from edge_sdk.profiles import Profile, parse_profile, resolve_profile
@@ -68,8 +69,9 @@ def native_reason(profile: Profile) -> str | None:
                 return (f"only the fallback {step.backend}/{step.accelerator} runs here "
                         f"({'; '.join(reasons) or 'native steps unavailable'})")
             if not host_matches(profile):
-                return f"{step.backend}/{step.accelerator} runs here, but this host is not a device for profile {profile.name!r} " \
-                       f"device (arch {', '.join(profile.host.arch)}); numbers would not be representative"
+                return (f"{step.backend}/{step.accelerator} runs here, but this host ({hostinfo.machine()}) is not a "
+                        f"'{profile.name}' device (arch {', '.join(profile.host.arch)}); numbers would not be "
+                        "representative: pass this profile folder itself to benchmark it anyway")
             return None
         reasons.append(f"{step.backend}/{step.accelerator}: {st.reason}")
     return "nothing in its runtime chain runs here (" + "; ".join(reasons) + ")"
