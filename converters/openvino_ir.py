@@ -17,6 +17,7 @@ from edge_sdk.errors import ConversionError
 from edge_sdk.manifest import TensorSpec
 
 from .base import ConvertJob, FormatResult
+from .console import quiet
 
 XML_FILE = "model.xml"
 BIN_FILE = "model.bin"
@@ -101,19 +102,23 @@ def convert(job: ConvertJob) -> FormatResult:
     estimators = {"minmax": RangeEstimatorParametersSet.MINMAX, "percentile": RangeEstimatorParametersSet.MEAN_QUANTILE,
                   "entropy": RangeEstimatorParametersSet.HISTOGRAM}
     advanced = AdvancedQuantizationParameters(activations_range_estimator_params=estimators[spec.calibration_method])
+    if validation_fn is not None:
+        job.log(f"nncf.quantize_with_accuracy_control ({n} samples, target {target.value})")
+    else:
+        job.log(f"nncf.quantize ({n} samples, subset_size={n}, target {target.value}, preset {preset.value})")
     try:
-        if validation_fn is not None:
-            job.log(f"nncf.quantize_with_accuracy_control ({n} samples, target {target.value})")
-            valid = nncf.Dataset([{k: feed[k] for k in names} for feed in job.holdout])
-            qmodel = nncf.quantize_with_accuracy_control(
-                model, calib, valid, validation_fn, max_drop=float(job.options.get("max_drop", 0.01)),
-                preset=preset, target_device=target, subset_size=n, advanced_quantization_parameters=advanced)
-            mode = "accuracy-control"
-        else:
-            job.log(f"nncf.quantize ({n} samples, subset_size={n}, target {target.value}, preset {preset.value})")
-            qmodel = nncf.quantize(model, calib, preset=preset, target_device=target, subset_size=n,
-                                   advanced_parameters=advanced)
-            mode = "post-training"
+        # NNCF draws progress bars and logs each step: they go to a log in scratch; our one line stays.
+        with quiet(Path(job.scratch) / "nncf.log"):
+            if validation_fn is not None:
+                valid = nncf.Dataset([{k: feed[k] for k in names} for feed in job.holdout])
+                qmodel = nncf.quantize_with_accuracy_control(
+                    model, calib, valid, validation_fn, max_drop=float(job.options.get("max_drop", 0.01)),
+                    preset=preset, target_device=target, subset_size=n, advanced_quantization_parameters=advanced)
+                mode = "accuracy-control"
+            else:
+                qmodel = nncf.quantize(model, calib, preset=preset, target_device=target, subset_size=n,
+                                       advanced_parameters=advanced)
+                mode = "post-training"
     except Exception as exc:  # noqa: BLE001 - NNCF raises many types
         raise ConversionError(f"NNCF quantization failed: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__}",
                               "Check the calibration data against the model's inputs.") from None

@@ -29,16 +29,21 @@ def test_bundled_assets_are_consistent():
 
 @pytest.mark.slow
 def test_convert_and_bench_script(tmp_path):
+    from edge_sdk.fsutil import sha256_file
+
     out = tmp_path / "out"
+    before = sha256_file(DIGITS / "digits_cnn.onnx")
     r = subprocess.run([sys.executable, str(REPO / "examples" / "convert_and_bench.py"), str(DIGITS / "digits_cnn.onnx"),
                         "--calib", str(DIGITS / "calib"), "--preprocess", str(DIGITS / "preprocess.json"),
-                        "--profile", "intel-cpu", "--profile", "jetson", "--out", str(out), "--runs", "20"],
+                        "--profile", "intel-cpu", "--profile", "jetson", "--profile", "arm", "--out", str(out), "--runs", "20"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "intel-cpu: gate passed" in r.stdout and "jetson-orin: gate passed" in r.stdout
+    assert "arm-cpu: gate passed" in r.stdout  # the onnx2tf route ran on the bundled model
     # intel-cpu runs natively on this x86 host and is benchmarked; the Jetson profile is skipped with a reason.
     assert "intel-cpu" in r.stdout.split("gate passed")[-1]
     assert (out / "intel-cpu" / "manifest.json").is_file()
+    assert sha256_file(DIGITS / "digits_cnn.onnx") == before, "conversion must never modify the source model"
 
 
 def test_convert_and_bench_user_mistake_is_one_line(tmp_path):
