@@ -32,6 +32,7 @@ from edge_sdk.profiles import Profile, resolve_profile
 from . import accuracy as acc
 from .base import FORMATS, ConvertJob, FormatResult, SourceModel
 from .calibration import CalibrationSet, load_calibration
+from .offline import no_telemetry
 from .shapes import StaticShapes, fix_shapes, parse_input_shape
 from .sources import read_source, to_static_onnx
 
@@ -167,7 +168,7 @@ def convert(model, profiles, out, *, calib=None, calib_count: int | None = None,
     # Tools print progress bars (NNCF) and notes to stdout; stdout belongs to the caller (--json).
     out_created = not Path(out).exists()
     try:
-        with contextlib.redirect_stdout(sys.stderr):
+        with contextlib.redirect_stdout(sys.stderr), no_telemetry():
             return _convert(model, profiles, out, calib, calib_count, input_shapes, preprocess, allow_accuracy_drop,
                             force, validation_fn, validation, progress or (lambda _line: None))
     finally:
