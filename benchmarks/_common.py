@@ -16,6 +16,11 @@ from pathlib import Path
 from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
+
+# The raw baselines import OpenVINO (and benchmark_app) directly, which sends a usage event to
+# Google Analytics unless telemetry is declined; openvino_telemetry declines when CI=true. Set it for
+# this process and every child, so the raw side is neither phoning home nor paying for it.
+os.environ.setdefault("CI", "true")
 DIGITS = REPO / "examples" / "digits"
 
 

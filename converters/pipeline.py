@@ -27,12 +27,12 @@ from edge_sdk._version import __version__
 from edge_sdk.errors import AccuracyGateError, CalibrationError, ConversionError, InputValidationError
 from edge_sdk.fsutil import staging_dir
 from edge_sdk.manifest import Manifest, Preprocessing, ProfileRef, SourceInfo, file_entry, write_manifest
+from edge_sdk.offline import no_telemetry
 from edge_sdk.profiles import Profile, resolve_profile
 
 from . import accuracy as acc
 from .base import FORMATS, ConvertJob, FormatResult, SourceModel
 from .calibration import CalibrationSet, load_calibration
-from .offline import no_telemetry
 from .shapes import StaticShapes, fix_shapes, parse_input_shape
 from .sources import read_source, to_static_onnx
 

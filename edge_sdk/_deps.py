@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 from types import ModuleType
 
 from .errors import MissingDependencyError
+from .offline import PHONES_HOME, no_telemetry
 
 #: import name -> the edge-sdk extra that provides it
 EXTRAS: dict[str, str] = {
@@ -43,11 +45,16 @@ def require(module: str, purpose: str = "", extra: str | None = None) -> ModuleT
 
     Raises:
         MissingDependencyError: The module (or one of its own dependencies) is not importable.
+
+    OpenVINO and NNCF are imported with their telemetry declined (see :mod:`edge_sdk.offline`).
     """
+    top = module.split(".")[0]
     try:
+        if top in PHONES_HOME and module not in sys.modules:
+            with no_telemetry():
+                return importlib.import_module(module)
         return importlib.import_module(module)
     except ImportError as exc:
-        top = module.split(".")[0]
         raise MissingDependencyError(module, extra or EXTRAS.get(top, "all"), purpose) from exc
 
 

@@ -68,9 +68,12 @@ def ort_providers() -> tuple[str, ...] | None:
 
 @lru_cache(maxsize=None)
 def openvino_devices() -> tuple[str, ...] | None:
+    from edge_sdk._deps import require
+    from edge_sdk.errors import MissingDependencyError
+
     try:
-        import openvino as ov
-    except ImportError:
+        ov = require("openvino")
+    except MissingDependencyError:
         return None
     try:
         return tuple(ov.Core().available_devices)
