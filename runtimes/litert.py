@@ -8,6 +8,7 @@ costs seconds and hundreds of MB).
 from __future__ import annotations
 
 import importlib
+import types
 from pathlib import Path
 
 import numpy as np
@@ -15,11 +16,11 @@ import numpy as np
 from edge_sdk.errors import DelegateUnavailableError, MissingDependencyError
 
 from .base import NativeTensor, Runner, corrupt, native_error, read_head
-from .probe import EDGETPU_LIBS, edgetpu_library
+from .probe import EDGETPU_LIBS, LITERT_MODULES, edgetpu_library
 from .tflite_check import verify_tflite
 
-#: Interpreter modules in the order we try them.
-INTERPRETER_MODULES = ("ai_edge_litert.interpreter", "tflite_runtime.interpreter", "tensorflow.lite")
+#: Interpreter modules in the order we try them (one list, shared with the availability probe).
+INTERPRETER_MODULES = tuple(name for name, _dist in LITERT_MODULES)
 GPU_DELEGATE_LIB = "libtensorflowlite_gpu_delegate.so"
 #: The custom op edgetpu_compiler puts in place of the ops it mapped to the Edge TPU.
 EDGETPU_OP = "edgetpu-custom-op"
@@ -33,14 +34,14 @@ def interpreter_module():
     """
     for name in INTERPRETER_MODULES:
         try:
-            mod = importlib.import_module(name)
+            # The source package ``tensorflow.lite`` has no Interpreter; the public API is ``tf.lite``.
+            mod = importlib.import_module("tensorflow").lite if name == "tensorflow.lite" else importlib.import_module(name)
         except ImportError:
             continue
         if name == "tensorflow.lite":
             # tf.lite keeps load_delegate under experimental.
-            return type("TFLite", (), {"Interpreter": mod.Interpreter,
-                                        "load_delegate": staticmethod(mod.experimental.load_delegate),
-                                        "__name__": name})
+            return types.SimpleNamespace(Interpreter=mod.Interpreter,
+                                         load_delegate=mod.experimental.load_delegate, __name__=name)
         return mod
     raise MissingDependencyError("ai_edge_litert", "litert", "running .tflite models")
 

@@ -32,16 +32,32 @@ class StepStatus:
     fix: str = ""
 
 
+#: LiteRT interpreter modules in the order the runtime tries them: (import name, distribution).
+#: ``tensorflow.lite`` is the last resort, for hosts that have only TensorFlow.
+LITERT_MODULES = (
+    ("ai_edge_litert.interpreter", "ai-edge-litert"),
+    ("tflite_runtime.interpreter", "tflite-runtime"),
+    ("tensorflow.lite", "tensorflow"),
+)
+
+
 @lru_cache(maxsize=None)
 def litert_module() -> tuple[str, str] | None:
-    """(module name, version) of the first importable LiteRT interpreter, TF excluded."""
-    for mod, dist in (("ai_edge_litert.interpreter", "ai-edge-litert"), ("tflite_runtime.interpreter", "tflite-runtime")):
+    """(module name, version) of the interpreter the LiteRT runner would use, or None.
+
+    TensorFlow is only looked up, never imported: probing (doctor, load's chain walk) stays light.
+    """
+    from edge_sdk._deps import available, version_of
+
+    for mod, dist in LITERT_MODULES:
+        if mod == "tensorflow.lite":
+            if available("tensorflow"):
+                return mod, version_of(dist) or "unknown"
+            continue
         try:
             importlib.import_module(mod)
         except ImportError:
             continue
-        from edge_sdk._deps import version_of
-
         return mod, version_of(dist) or "unknown"
     return None
 

@@ -235,12 +235,34 @@ def test_interpreter_import_order(monkeypatch):
     assert litert.interpreter_module().__name__ == "ai_edge_litert.interpreter"
     monkeypatch.setitem(sys.modules, "ai_edge_litert.interpreter", None)  # makes the import fail
     monkeypatch.setitem(sys.modules, "tflite_runtime.interpreter", None)
-    monkeypatch.setitem(sys.modules, "tensorflow.lite", None)
+    monkeypatch.setitem(sys.modules, "tensorflow", None)  # tf.lite is reached through `import tensorflow`
     from edge_sdk.errors import MissingDependencyError
 
     with pytest.raises(MissingDependencyError, match="ai_edge_litert") as err:
         litert.interpreter_module()
     assert "edge-sdk[litert]" in err.value.hint
+
+
+def test_probe_and_runner_agree_on_the_tensorflow_last_resort(arts, feeds, monkeypatch):
+    """A host with only TensorFlow: the probe reports tensorflow.lite (without importing TF) and the
+    runner then uses it, so the last resort is reachable through the chain walk and runs."""
+    from edge_sdk.runtimes import litert, probe
+
+    with edge_sdk.load(arts["arm-cpu"]) as m:
+        expected = m.infer(feeds[0]).outputs
+    monkeypatch.setitem(sys.modules, "ai_edge_litert.interpreter", None)
+    monkeypatch.setitem(sys.modules, "tflite_runtime.interpreter", None)
+    probe.litert_module.cache_clear()
+    try:
+        assert probe.litert_module()[0] == "tensorflow.lite"
+        assert probe.probe_step("litert", "xnnpack").available
+        assert litert.interpreter_module().__name__ == "tensorflow.lite"
+        with edge_sdk.load(arts["arm-cpu"]) as m:
+            assert m.backend == "litert/xnnpack"
+            for name, out in m.infer(feeds[0]).outputs.items():
+                np.testing.assert_allclose(out, expected[name], rtol=1e-5, atol=1e-5)
+    finally:
+        probe.litert_module.cache_clear()
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
