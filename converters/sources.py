@@ -299,9 +299,11 @@ def to_static_onnx(source: SourceModel, input_shapes: dict[str, list[int]], out:
         _tf_function_to_onnx(lambda feed: sig(**feed), source, input_shapes, out)
         model = onnx.load(str(out))
     else:
+        import_tensorflow("exporting TFLite models to ONNX")  # tf2onnx imports TF: quietly, first
         tf2onnx = require("tf2onnx", "exporting TFLite models to ONNX")
         try:
-            tf2onnx.convert.from_tflite(str(source.path), opset=TF2ONNX_OPSET, output_path=str(out))
+            with quiet(Path(out).parent / "tf2onnx.log"):
+                tf2onnx.convert.from_tflite(str(source.path), opset=TF2ONNX_OPSET, output_path=str(out))
         except Exception as exc:  # noqa: BLE001
             raise ConversionError(f"tf2onnx could not convert {source.path}: {str(exc)[:300]}") from None
         model = onnx.load(str(out))

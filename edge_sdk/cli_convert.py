@@ -7,8 +7,6 @@ accuracy gate with ``--json`` still prints the summary (with the numbers) before
 
 from __future__ import annotations
 
-import os
-
 import click
 
 from .cli import cli, emit_json
@@ -31,9 +29,6 @@ from .errors import AccuracyGateError
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
 def convert(model, profiles, out, calib, validation, calib_count, input_shapes, preprocess, allow_accuracy_drop, force, as_json):
     """Convert MODEL (ONNX, SavedModel, .keras/.h5, float .tflite) into one artifact per --profile."""
-    # TensorFlow's native logging (tens of lines per conversion) would bury our one-line-per-stage
-    # progress; the user can still set their own level. Done here, in the command, not at import time.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     from .converters.pipeline import convert as run_convert
 
     try:
