@@ -20,24 +20,24 @@ from edge_sdk._version import __version__
 RUNTIME_DISTS = ("onnxruntime", "onnxruntime-gpu", "openvino", "ai-edge-litert", "tflite-runtime", "tensorrt", "numpy")
 
 
-def cpu_clocks_mhz() -> dict[str, float]:
-    """Current frequency of each CPU with cpufreq, in MHz."""
+def _clocks_mhz(pattern: str, leaf: str, per_mhz: float) -> dict[str, float]:
+    """``{device: MHz}`` from integer frequency files ``<match>/<leaf>`` (``per_mhz`` units per MHz)."""
     out = {}
-    for cpu in hostinfo.sysfs_glob("/sys/devices/system/cpu/cpu[0-9]*"):
-        raw = hostinfo.read_text(f"{cpu}/cpufreq/scaling_cur_freq")
+    for dev in hostinfo.sysfs_glob(pattern):
+        raw = hostinfo.read_text(f"{dev}/{leaf}")
         if raw and raw.isdigit():
-            out[PurePosixPath(cpu).name] = int(raw) / 1000.0
+            out[PurePosixPath(dev).name] = int(raw) / per_mhz
     return out
+
+
+def cpu_clocks_mhz() -> dict[str, float]:
+    """Current frequency of each CPU with cpufreq (kHz in sysfs), in MHz."""
+    return _clocks_mhz("/sys/devices/system/cpu/cpu[0-9]*", "cpufreq/scaling_cur_freq", 1000.0)
 
 
 def devfreq_clocks_mhz() -> dict[str, float]:
-    """Current devfreq clocks (on Jetson: the GPU, e.g. ``17000000.ga10b``), in MHz."""
-    out = {}
-    for dev in hostinfo.sysfs_glob("/sys/class/devfreq/*"):
-        raw = hostinfo.read_text(f"{dev}/cur_freq")
-        if raw and raw.isdigit():
-            out[PurePosixPath(dev).name] = int(raw) / 1e6
-    return out
+    """Current devfreq clocks (Hz in sysfs; on Jetson: the GPU, e.g. ``17000000.ga10b``), in MHz."""
+    return _clocks_mhz("/sys/class/devfreq/*", "cur_freq", 1e6)
 
 
 def nvpmodel_mode() -> str | None:
