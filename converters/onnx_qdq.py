@@ -81,10 +81,11 @@ def _tensorrt(job: ConvertJob, result: FormatResult) -> None:
         return
     result.backend_options["tensorrt"] = {
         "build_on_device": True,
-        "trtexec": f"trtexec --onnx={MODEL_FILE} --int8 --saveEngine={ENGINE_FILE}",
+        "trtexec": f"trtexec --onnx={MODEL_FILE} --int8 --fp16 --saveEngine={ENGINE_FILE}",
         "python": ("builder = trt.Builder(logger); network = builder.create_network(0); "
                    f"trt.OnnxParser(network, logger).parse(open('{MODEL_FILE}','rb').read()); "
                    "config = builder.create_builder_config(); config.set_flag(trt.BuilderFlag.INT8); "
+                   "config.set_flag(trt.BuilderFlag.FP16); "
                    "engine = builder.build_serialized_network(network, config)"),
         "note": "QDQ nodes carry the int8 scales: no TensorRT calibrator is needed. Engines are tied to the "
                 "TensorRT version and GPU they were built with.",
@@ -95,24 +96,19 @@ def _tensorrt(job: ConvertJob, result: FormatResult) -> None:
         result.warnings.append("tensorrt is not importable here: no engine was built; it is built on the device "
                                f"from {MODEL_FILE} (see backend_options.tensorrt)")
         return
-    logger = trt.Logger(trt.Logger.WARNING)
-    builder = trt.Builder(logger)
-    network = builder.create_network(0)
-    parser = trt.OnnxParser(network, logger)
-    if not parser.parse((job.workdir / MODEL_FILE).read_bytes()):
-        raise ConversionError("TensorRT could not parse the int8 ONNX: " + str(parser.get_error(0)),
-                              "An op may be unsupported by this TensorRT version; try an Intel or ARM profile.")
-    config = builder.create_builder_config()
-    config.set_flag(trt.BuilderFlag.INT8)
-    engine = builder.build_serialized_network(network, config)
-    if engine is None:
-        raise ConversionError("TensorRT could not build an engine from the int8 ONNX.")
-    (job.workdir / ENGINE_FILE).write_bytes(bytes(engine))
+    from edge_sdk.runtimes.tensorrt import build_engine, compute_capability
+
+    try:
+        engine = build_engine(trt, (job.workdir / MODEL_FILE).read_bytes())
+    except (ValueError, RuntimeError) as exc:  # parse / build failure
+        raise ConversionError(f"TensorRT could not build an engine from the int8 ONNX: {exc}",
+                              "An op may be unsupported by this TensorRT version; try an Intel or ARM profile.") from None
+    (job.workdir / ENGINE_FILE).write_bytes(engine)
     result.extra_files.append((ENGINE_FILE, "engine"))
     # The runtime refuses an engine whose TensorRT version or GPU architecture differs
     # (runtimes/tensorrt.py reads these two keys).
     info = {"version": trt.__version__, "engine_file": ENGINE_FILE}
-    cc = _compute_capability()
+    cc = compute_capability()
     if cc:
         info["compute_capability"] = cc
     else:
@@ -120,21 +116,6 @@ def _tensorrt(job: ConvertJob, result: FormatResult) -> None:
                                "rebuild the engine from model.onnx")
     result.backend_options["tensorrt"].update(info)
     result.tools["tensorrt"] = trt.__version__
-
-
-def _compute_capability() -> str | None:
-    """``major.minor`` of GPU 0 via cuda-python (what the runtime compares against), else None."""
-    import importlib
-
-    for name in ("cuda.bindings.runtime", "cuda.cudart"):
-        try:
-            cudart = importlib.import_module(name)
-        except ImportError:
-            continue
-        err, props = cudart.cudaGetDeviceProperties(0)
-        if int(err) == 0:
-            return f"{props.major}.{props.minor}"
-    return None
 
 
 def convert(job: ConvertJob) -> FormatResult:

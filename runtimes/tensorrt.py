@@ -60,6 +60,53 @@ def _cudart():
                                    "pip install cuda-python (JetPack images ship it), or use the onnxruntime TensorRT provider.")
 
 
+#: Builder flags wherever an engine is built from the QDQ ONNX (on the workstation by the converter,
+#: on the device here): int8 where the Q/DQ nodes say so, fp16 for the rest. One list, so an engine
+#: shipped with the artifact is the engine the device would have built.
+BUILD_FLAGS = ("INT8", "FP16")
+
+
+def build_engine(trt, onnx_bytes: bytes) -> bytes:
+    """Build a serialized TensorRT engine from QDQ ONNX bytes.
+
+    Args:
+        trt: The imported ``tensorrt`` module.
+        onnx_bytes: The int8 QDQ ONNX model.
+
+    Returns:
+        The serialized engine.
+
+    Raises:
+        ValueError: the ONNX parser rejected the model (its errors, joined).
+        RuntimeError: the builder produced no engine.
+        Callers turn both into their own error classes.
+    """
+    logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+    network = builder.create_network(0)
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse(onnx_bytes):
+        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+        raise ValueError(errors or "ONNX parse failed")
+    config = builder.create_builder_config()
+    for flag in BUILD_FLAGS:
+        config.set_flag(getattr(trt.BuilderFlag, flag))
+    blob = builder.build_serialized_network(network, config)
+    if blob is None:
+        raise RuntimeError("TensorRT could not build an engine from the QDQ ONNX")
+    return bytes(blob)
+
+
+def compute_capability() -> str | None:
+    """``major.minor`` of GPU 0 via cuda-python (what engines are checked against); None if unknown."""
+    try:
+        cudart = _cudart()
+    except DelegateUnavailableError:
+        return None
+    err, props = cudart.cudaGetDeviceProperties(0)
+    return f"{props.major}.{props.minor}" if int(err) == 0 else None
+
+
 def _check(result):
     err, *rest = result if isinstance(result, tuple) else (result,)
     if int(err) != 0:
@@ -133,25 +180,20 @@ class TensorRTRunner(Runner):
         key = f"{self.config.model_sha256[:16] or self.config.model_path.stem}-trt{trt.__version__}-sm{cc}.engine"
         if cache is not None and (cache / key).is_file():
             return (cache / key).read_bytes()
-        builder = trt.Builder(logger)
-        network = builder.create_network(0)
-        parser = trt.OnnxParser(network, logger)
-        if not parser.parse(self.config.model_path.read_bytes()):
-            errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
-            raise native_error(self.config.model_path, "TensorRT", RuntimeError(errors or "ONNX parse failed"))
-        bconf = builder.create_builder_config()
-        bconf.set_flag(trt.BuilderFlag.INT8)
-        bconf.set_flag(trt.BuilderFlag.FP16)
-        blob = builder.build_serialized_network(network, bconf)
-        if blob is None:
-            raise DelegateUnavailableError("TensorRT could not build an engine from the QDQ ONNX.",
-                                           "Run trtexec --onnx=model.onnx --int8 --verbose on the device to see which layer fails.")
+        try:
+            blob = build_engine(trt, self.config.model_path.read_bytes())
+        except ValueError as exc:
+            raise native_error(self.config.model_path, "TensorRT", exc) from None
+        except RuntimeError as exc:
+            raise DelegateUnavailableError(f"TensorRT could not build an engine from the QDQ ONNX: {exc}.",
+                                           "Run trtexec --onnx=model.onnx --int8 --fp16 --verbose on the device "
+                                           "to see which layer fails.") from None
         if cache is not None:
             from edge_sdk.fsutil import atomic_write_bytes
 
             cache.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(cache / key, bytes(blob))
-        return bytes(blob)
+            atomic_write_bytes(cache / key, blob)
+        return blob
 
     def infer_impl(self, feed: list[np.ndarray]) -> list[np.ndarray]:
         rt = self._cudart

@@ -123,7 +123,7 @@ def test_jetson_manifest_says_how_to_build_the_engine(must_show):
     _, out = must_show
     m = read_manifest(out / "jetson-orin")
     trt = m.backend_options["tensorrt"]
-    assert trt["trtexec"].startswith("trtexec --onnx=model.onnx --int8 --saveEngine=")
+    assert trt["trtexec"].startswith("trtexec --onnx=model.onnx --int8 --fp16 --saveEngine=")
     assert "build_serialized_network" in trt["python"]
     assert m.backend_options["onnx_qdq"]["activation_symmetric"] is True
     assert any("tensorrt is not importable" in w for w in m.warnings)

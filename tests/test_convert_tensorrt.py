@@ -32,7 +32,7 @@ def _fake_trt(parse_ok: bool = True):
 
     class Config:
         def set_flag(self, flag):
-            seen["flag"] = flag
+            seen.setdefault("flags", []).append(flag)
 
     class Builder:
         def __init__(self, logger):
@@ -48,6 +48,8 @@ def _fake_trt(parse_ok: bool = True):
             return b"ENGINE" * 8
 
     class OnnxParser:
+        num_errors = 0 if parse_ok else 1
+
         def __init__(self, network, logger):
             pass
 
@@ -59,7 +61,7 @@ def _fake_trt(parse_ok: bool = True):
             return "In node 3 (importFancy): UNSUPPORTED_NODE"
 
     trt.Logger, trt.Builder, trt.OnnxParser = Logger, Builder, OnnxParser
-    trt.BuilderFlag = types.SimpleNamespace(INT8="INT8")
+    trt.BuilderFlag = types.SimpleNamespace(INT8="INT8", FP16="FP16")
     cudart = types.ModuleType("cuda.bindings.runtime")
     cudart.cudaGetDeviceProperties = lambda dev: (0, types.SimpleNamespace(major=8, minor=7))
     return trt, cudart, seen
@@ -86,7 +88,8 @@ def test_engine_is_built_and_its_version_and_gpu_recorded(two_io, tmp_path, monk
     edge_sdk.convert(model, "jetson-orin", tmp_path / "out", calib=calib, input_shapes={"image": [1, 3, 24, 16]},
                      progress=None)
     m = read_manifest(tmp_path / "out" / "jetson-orin", verify=True)
-    assert seen["flag"] == "INT8" and seen["onnx_bytes"] > 1000  # the QDQ ONNX was handed to the parser
+    # the QDQ ONNX was handed to the parser; int8 from its Q/DQ nodes, fp16 for the rest (as the device builds it)
+    assert seen["flags"] == ["INT8", "FP16"] and seen["onnx_bytes"] > 1000
     engine = next(a for a in m.artifacts if a.role == "engine")
     assert engine.path == "model.engine" and engine.size_bytes == 48
     trt = m.backend_options["tensorrt"]
