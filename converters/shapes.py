@@ -51,7 +51,8 @@ def parse_input_shape(text: str) -> tuple[str, list[int]]:
     sep = ":" if ":" in text else "="
     name, _, dims = text.rpartition(sep)
     try:
-        shape = [int(d) for d in dims.replace("x", ",").split(",") if d.strip()]
+        # Every separated piece must be a dimension: "1,x" or "1,,3" are typos, not shorter shapes.
+        shape = [int(d) for d in dims.replace("x", ",").split(",")]
     except ValueError:
         shape = []
     if not name or not shape or any(d < 1 for d in shape):

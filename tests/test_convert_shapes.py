@@ -48,6 +48,6 @@ def test_parse_input_shape():
     assert parse_input_shape("image:1,3,24,16") == ("image", [1, 3, 24, 16])
     assert parse_input_shape("serving_default_image:0:1,32,32,3") == ("serving_default_image:0", [1, 32, 32, 3])
     assert parse_input_shape("x=1x8") == ("x", [1, 8])
-    for bad in ("image", "image:", "image:1,a", "image:0,3"):
+    for bad in ("image", "image:", "image:1,a", "image:0,3", "image:1,x", "image:1,,3", "image:1,3,"):
         with pytest.raises(InputValidationError):
             parse_input_shape(bad)
