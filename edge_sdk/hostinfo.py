@@ -54,6 +54,66 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+#: Architecture family of a ``uname -m`` / kernel arch name. A 32-bit user space on its own 64-bit
+#: kernel (armv7l on aarch64, i686 on x86_64) is the same family: native, not emulated.
+ARCH_FAMILIES = {
+    "x86_64": "x86", "amd64": "x86", "x86": "x86", "i386": "x86", "i486": "x86", "i586": "x86", "i686": "x86",
+    "aarch64": "arm", "arm64": "arm", "aarch64_be": "arm", "arm": "arm", "armv6l": "arm", "armv7l": "arm",
+    "armv8l": "arm", "riscv64": "riscv", "riscv": "riscv", "ppc64le": "ppc", "ppc64": "ppc", "powerpc": "ppc",
+    "s390x": "s390", "s390": "s390", "mips64": "mips", "mips": "mips", "loongarch64": "loongarch",
+}
+
+
+def kernel_arch() -> str | None:
+    """The running kernel's architecture, from the kernel itself.
+
+    ``uname -m`` (``platform.machine()``) is answered by a user-mode emulator such as qemu-user
+    with the *guest* architecture; ``/proc/sys/kernel/arch``, the CPU modalias
+    (``cpu:type:x86,...`` / ``cpu:type:aarch64:...``) and ``/proc/cpuinfo``'s layout come from the
+    host kernel. None when none of them is readable.
+    """
+    arch = read_text("/proc/sys/kernel/arch")
+    if arch:
+        return arch.split()[0]
+    modalias = read_text("/sys/devices/system/cpu/modalias") or ""
+    if modalias.startswith("cpu:type:"):
+        kind = modalias[len("cpu:type:"):].split(":")[0].split(",")[0]
+        if kind:
+            return kind
+    keys = {line.split(":")[0].strip() for line in (read_text("/proc/cpuinfo", "") or "").splitlines()}
+    if "vendor_id" in keys and "flags" in keys:
+        return "x86"
+    if "CPU implementer" in keys:
+        return "arm"
+    return None
+
+
+def emulation(machine_name: str | None = None) -> str | None:
+    """Why this process runs under user-mode emulation (qemu-user, Rosetta...), or None when native.
+
+    Args:
+        machine_name: The architecture of the code running (default ``platform.machine()``).
+
+    Returns:
+        e.g. ``"aarch64 code emulated on the host's x86_64 kernel (user-mode emulation: qemu binfmt interpreter
+        /usr/libexec/qemu-binfmt/aarch64-binfmt-P)"``; None when the families match or the
+        kernel's architecture cannot be read (then nothing is claimed).
+    """
+    code = machine_name or machine()
+    kernel = kernel_arch()
+    if not kernel or not code:
+        return None
+    fam_code, fam_kernel = ARCH_FAMILIES.get(code.lower()), ARCH_FAMILIES.get(kernel.lower())
+    if fam_code is None or fam_kernel is None or fam_code == fam_kernel:
+        return None
+    how = "user-mode emulation"
+    entry = read_text(f"/proc/sys/fs/binfmt_misc/qemu-{code}")
+    if entry and entry.splitlines()[0] == "enabled":
+        interp = next((ln.split(None, 1)[1] for ln in entry.splitlines() if ln.startswith("interpreter ")), "")
+        how += f": qemu binfmt interpreter {interp}".rstrip()
+    return f"{code} code emulated on the host's {kernel} kernel ({how})"
+
+
 def cpu_count() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -152,4 +212,5 @@ def summary() -> dict[str, object]:
         "cpu_model": cpu_model(),
         "cpu_count": cpu_count(),
         "governor": governor(),
+        "emulation": emulation(),
     }

@@ -8,6 +8,7 @@ for ``--fail-if`` and profile budgets.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Iterable
 
@@ -18,6 +19,10 @@ from .gates import budget_gates, evaluate, parse_gate
 from .report import SCHEMA_VERSION, BenchReport, BenchResult, to_markdown
 from .runner import BenchConfig, Progress, load_image, run_one
 from .targets import expand
+
+
+class EmulationWarning(UserWarning):
+    """Issued by :func:`benchmark` when this process runs under user-mode emulation (e.g. qemu-user)."""
 
 
 def benchmark(artifacts: str | Path | Iterable[str | Path], *, runs: int = 100, warmup: int = 10,
@@ -71,6 +76,10 @@ def benchmark(artifacts: str | Path | Iterable[str | Path], *, runs: int = 100, 
         src.close()
     targets, skipped = expand(list(artifacts), profile)
     env = environment.collect()
+    emulated = env["host"].get("emulation")
+    if emulated:  # like a fallback: the numbers are real, but they are not the device's
+        warnings.warn(f"timings are not the device's: {emulated}; latency, throughput, CPU time and energy "
+                      "are the emulator's", EmulationWarning, stacklevel=2)
     results: list[BenchResult] = []
     checked: list[str] = [g.text for g in gates]
     failed: list[str] = []
@@ -84,4 +93,4 @@ def benchmark(artifacts: str | Path | Iterable[str | Path], *, runs: int = 100, 
     return BenchReport(results, env, [s.to_dict() for s in skipped], checked, failed)
 
 
-__all__ = ["SCHEMA_VERSION", "BenchConfig", "BenchReport", "BenchResult", "benchmark", "to_markdown"]
+__all__ = ["SCHEMA_VERSION", "BenchConfig", "EmulationWarning", "BenchReport", "BenchResult", "benchmark", "to_markdown"]

@@ -163,6 +163,8 @@ def to_markdown(report: BenchReport) -> str:
     lines = [f"## edge-sdk bench ({report.created_at})", "",
              f"Host: {host.get('cpu_model', '?')} ({host.get('machine', '?')}, {host.get('cpu_count', '?')} cores), "
              f"governor {host.get('governor') or 'n/a'}, power mode {env.get('jetson_power_mode') or 'n/a'}", ""]
+    if host.get("emulation"):
+        lines += [f"**Emulated: timings are not the device's** ({host['emulation']}).", ""]
     if results:
         lines.append("| metric | " + " | ".join(r["name"] for r in results) + " |")
         lines.append("|---|" + "---|" * len(results))
