@@ -57,9 +57,10 @@ class ConvertJob:
         log: Progress callback (one line per stage).
         options: Format-specific options from the Python API (e.g. an NNCF validation function).
         static_onnx: The source as a float ONNX file with every input and output shape fixed to
-            ``input_shapes`` (made by the pipeline for every source format; ONNX sources are
-            copied and fixed, TF/TFLite sources go through tf2onnx). Tensor names match
-            ``source.inputs``/``source.outputs``. None only for jobs built by hand.
+            ``input_shapes`` (ONNX sources are copied and fixed, TF sources go through tf2onnx).
+            Tensor names match ``source.inputs``/``source.outputs``. Read it through
+            :meth:`onnx`: for float TFLite sources it is made only when a format needs it.
+        onnx_provider: Makes ``static_onnx`` on first use (set by the pipeline).
     """
 
     source: SourceModel
@@ -74,6 +75,21 @@ class ConvertJob:
     log: Callable[[str], None] = print
     options: dict[str, Any] = field(default_factory=dict)
     static_onnx: Path | None = None
+    onnx_provider: Callable[[], Path] | None = None
+
+    def onnx(self) -> Path:
+        """The static float ONNX form of the source, made on first use where the source is not ONNX.
+
+        Raises:
+            ConversionError: there is none and it cannot be made (e.g. tf2onnx cannot read the model).
+        """
+        if self.static_onnx is None and self.onnx_provider is not None:
+            self.static_onnx = self.onnx_provider()
+        if self.static_onnx is None:
+            raise ConversionError(f"This route needs the static float ONNX form of {Path(self.source.path).name}, "
+                                  "and this job has none.",
+                                  "Convert through edge_sdk.convert() / `edge-sdk convert`, which makes it.")
+        return self.static_onnx
 
 
 @dataclass

@@ -128,7 +128,29 @@ def _check_arrays(arrays: dict[str, np.ndarray], inputs: list[TensorSpec], shape
         if count is not None and arr.shape[0] != count:
             raise CalibrationError(f"{where}: arrays have different sample counts ({count} vs {arr.shape[0]} for '{spec.name}').")
         count = arr.shape[0]
+        check_finite(arr, spec.name, where)
     return int(count or 0)
+
+
+def check_finite(arr: np.ndarray, name: str, where: str) -> None:
+    """Refuse NaN/Inf in calibration or validation data, before any quantizer sees it.
+
+    One +Inf makes the MLIR quantizer of the TFLite route segfault, and NaN turns every range
+    into NaN; the error names the file, the array, the first bad index and how many there are.
+
+    Raises:
+        CalibrationError: the array holds a non-finite value.
+    """
+    if arr.dtype.kind not in "fc":
+        return
+    finite = np.isfinite(arr)
+    if finite.all():
+        return
+    bad = np.argwhere(~finite)
+    first = tuple(int(i) for i in bad[0])
+    raise CalibrationError(
+        f"{where}: array '{name}' holds {len(bad)} non-finite value(s) ({arr[first]} at index {list(first)}, "
+        f"sample {first[0]}).", "Fix or drop those samples: int8 calibration needs finite data.")
 
 
 def _batches(arrays: dict[str, np.ndarray], count: int, batch: int) -> list[Feed]:
@@ -159,6 +181,9 @@ def _read(calib, inputs, shapes, preprocess, count, batch):
             arrays, kind = {name: np.concatenate(images)}, "images"
         elif path.is_dir():
             arrays = {p.stem: _load_array_file(p) for p in sorted(path.glob("*.npy"))}
+            for stem, arr in arrays.items():  # name the very file a bad value is in
+                if isinstance(arr, np.ndarray):
+                    check_finite(arr, stem, str(path / f"{stem}.npy"))
             kind = "npy-folder"
         elif path.suffix.lower() == ".npz":
             arrays, kind = _load_array_file(path), "npz"

@@ -119,7 +119,7 @@ def _tensorrt(job: ConvertJob, result: FormatResult) -> None:
 
 
 def convert(job: ConvertJob) -> FormatResult:
-    """Quantize ``job.static_onnx`` to int8 QDQ ONNX in ``job.workdir/model.onnx``.
+    """Quantize ``job.onnx()`` (the static float ONNX) to int8 QDQ ONNX in ``job.workdir/model.onnx``.
 
     Raises:
         ConversionError: opset upgrade, pre-processing or quantization failed, or the result is
@@ -130,12 +130,11 @@ def convert(job: ConvertJob) -> FormatResult:
     q = require("onnxruntime.quantization", "int8 ONNX conversion")
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    if job.static_onnx is None:
-        raise ConversionError("onnx-qdq needs the static float ONNX form of the source (job.static_onnx).")
+    static_onnx = job.onnx()
     spec = job.profile.quantization
     per_channel = spec.weights == "per-channel"
     target = max(job.profile.artifact.opset, MIN_QDQ_OPSET if per_channel else 10)
-    model, opset_from, opset_to = _upgrade_opset(onnx.load(str(job.static_onnx)), target, job.log)
+    model, opset_from, opset_to = _upgrade_opset(onnx.load(str(static_onnx)), target, job.log)
     upgraded = job.scratch / "qdq_upgraded.onnx"
     onnx.save(model, str(upgraded))
     prepped = job.scratch / "qdq_prepped.onnx"

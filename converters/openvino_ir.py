@@ -32,9 +32,7 @@ def _read(job: ConvertJob):
     # Keras goes through its static ONNX form: convert_model on a loaded Keras 3 model object
     # gave a wrong int8 IR for the second profile of a run in our tests (gate cosine 0.17, cause
     # not isolated), while the ONNX form is exact.
-    src = job.static_onnx if job.source.format == "keras" else job.source.path
-    if src is None:
-        raise ConversionError("openvino-ir needs the static float ONNX form of a Keras source (job.static_onnx).")
+    src = job.onnx() if job.source.format == "keras" else job.source.path
     try:
         # ONNX (and TFLite) files go through Core.read_model, the frontend alone; convert_model adds
         # its own graph transformations, after which NNCF placed quantizers less well: on the bundled

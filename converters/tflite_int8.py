@@ -119,7 +119,7 @@ def _tflite(job: ConvertJob) -> Converted:
 
     q = job.profile.quantization
     calib_arrays(job, [s.name for s in job.source.inputs], {})  # same checks as the other routes
-    static_onnx = getattr(job, "static_onnx", None)  # set by the pipeline; None for jobs built by hand
+    has_onnx = job.static_onnx is not None or job.onnx_provider is not None  # None only for jobs built by hand
     try:
         with quiet(Path(job.scratch) / "ai_edge_quantizer.log"):
             model = quantize_float_tflite(Path(job.source.path).read_bytes(), job.input_shapes, job.calib,
@@ -129,7 +129,7 @@ def _tflite(job: ConvertJob) -> Converted:
             "" if q.input_dtype == "float32" else f" -> LiteRT model interface ({q.input_dtype} I/O)"),
             _tool_versions("ai-edge-quantizer", "ai-edge-litert"))
         report = precheck(model, job.profile.operators) if job.profile.operators.compiler else None
-        if report is None or report.ok or static_onnx is None:
+        if report is None or report.ok or not has_onnx:
             return converted
         # The quantizer does not fold shape arithmetic (SHAPE -> STRIDED_SLICE -> RESHAPE) and
         # dequantizes around ops it skips; TFLiteConverter on the static graph folds them, so an
@@ -137,13 +137,13 @@ def _tflite(job: ConvertJob) -> Converted:
         reason = f"its int8 model is not Edge TPU-clean ({report.lines()[0]})."
     except ConversionError as exc:
         reason = exc.message
-    if static_onnx is None:
+    if not has_onnx:
         raise ConversionError(
             f"Float TFLite {Path(job.source.path).name}: {reason} The other route needs the pipeline's static "
             "ONNX form of the model (ConvertJob.static_onnx), and this job has none.",
             "Convert through edge_sdk.convert() / `edge-sdk convert`, or start from the Keras, SavedModel "
             "or ONNX form of the model.")
-    converted = _via_onnx(job, Path(static_onnx), "tflite -> tf2onnx (static ONNX)")
+    converted = _via_onnx(job, job.onnx(), "tflite -> tf2onnx (static ONNX)")
     converted.tools.update(_tool_versions("tf2onnx"))
     converted.warnings.append(f"ai-edge-quantizer: {reason} Used the tf2onnx -> onnx2tf route instead.")
     return converted

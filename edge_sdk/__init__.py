@@ -30,6 +30,7 @@ from .profiles import Profile, builtin_profiles, resolve_profile
 # name -> "module:attribute", resolved on first access (PEP 562) so that `import edge_sdk` stays light.
 _LAZY = {
     "load": "edge_sdk.runtimes.facade:load",
+    "AccuracyWarning": "edge_sdk.runtimes.facade:AccuracyWarning",
     "Model": "edge_sdk.runtimes.facade:Model",
     "InferenceResult": "edge_sdk.runtimes.facade:InferenceResult",
     "convert": "edge_sdk.converters.pipeline:convert",

@@ -125,20 +125,101 @@ def doctor(as_json: bool) -> None:
         click.echo(doc.render(report))
 
 
+# ----------------------------------------------------------------------------- trust
+def trust_options(*key_flags: str):
+    """The trust options shared by commands that load artifacts (defined once; see edge_sdk.trust).
+
+    Adds ``keys`` (trusted Ed25519 public keys: the manifest must be signed by one) and
+    ``allow_delegates`` (delegate libraries a profile chain may load) to the command.
+    """
+    def deco(f):
+        f = click.option(*(key_flags or ("--trusted-key",)), "keys", multiple=True, type=click.Path(dir_okay=False),
+                         help="Trusted Ed25519 public key (.pub): refuse artifacts not signed by one (repeatable).")(f)
+        f = click.option("--allow-external-delegate", "allow_delegates", multiple=True, metavar="LIB",
+                         help="Absolute path of a delegate library a profile chain may load (repeatable); "
+                              "an artifact can never load one on its own.")(f)
+        return f
+    return deco
+
+
+def policy_from(keys, allow_delegates):
+    """The :class:`edge_sdk.trust.Policy` for the trust options (plus the user config file)."""
+    from .trust import Policy
+
+    return Policy.resolve(list(allow_delegates), list(keys) if keys else None)
+
+
 # ----------------------------------------------------------------------------- verify
 @cli.command()
 @click.argument("artifact", type=click.Path())
+@trust_options("--key", "--trusted-key")
+@click.option("--no-load", is_flag=True, help="Static checks only: skip the trial load in a child process.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def verify(artifact: str, as_json: bool) -> None:
-    """Check an artifact folder: manifest schema, paths and every file's sha256."""
-    from .manifest import read_manifest
+def verify(artifact: str, keys, allow_delegates, no_load: bool, as_json: bool) -> None:
+    """Check ARTIFACT exactly as `load` would, without loading it into this process.
 
-    m = read_manifest(artifact, verify=True)
+    Manifest (strict JSON, schema, paths), every file's sha256, the preprocessing and profile
+    hashes, the signature (with --key), the delegate policy, the model containers, then a trial
+    load in a child process. A `convert` output folder: every profile folder.
+    """
+    from .runtimes.verify import verify_paths
+
+    reports, first = verify_paths(artifact, policy=policy_from(keys, allow_delegates), load_check=not no_load)
     if as_json:
-        emit_json({"artifact": artifact, "valid": True, "profile": m.profile.name,
-                   "files": [a.path for a in m.artifacts]})
-        return
-    click.echo(f"{artifact}: OK ({m.profile.name}, {len(m.artifacts)} file(s) verified)")
+        emit_json(reports[0] if len(reports) == 1 and first is None else {"artifact": artifact, "profiles": reports,
+                                                                          "valid": first is None})
+    else:
+        for rep in reports:
+            if not rep["valid"]:
+                click.echo(f"{rep['artifact']}: FAILED: {rep['error']}")
+                continue
+            gate = rep["accuracy_gate"]
+            if gate == "failed":
+                click.echo(f"warning: {rep['artifact']}: its accuracy gate FAILED; it was kept with --allow-accuracy-drop "
+                           "and may not do the model's task (load(strict=True) refuses it)", err=True)
+            signed = (f", signed by key {rep['signed_by']}" if rep["signed_by"] else
+                      ", signature present (not checked: pass --key)" if rep["signature_present"] else ", unsigned")
+            click.echo(f"{rep['artifact']}: OK ({rep['profile']}, {len(rep['files'])} file(s) verified, "
+                       f"accuracy gate {gate}{signed}); {rep['load']}")
+    if first is not None:
+        raise first
+
+
+# ----------------------------------------------------------------------------- signing
+@cli.command()
+@click.argument("artifact", type=click.Path())
+@click.option("--key", "key", required=True, type=click.Path(dir_okay=False), help="Ed25519 private key (edge-sdk keygen).")
+def sign(artifact: str, key: str) -> None:
+    """Sign ARTIFACT's manifest (which covers every file's sha256) with an Ed25519 key.
+
+    The artifact is verified first; a damaged one is never signed. A `convert` output folder:
+    every profile folder. Devices then refuse unsigned or altered artifacts with
+    `load(..., trusted_keys=[...])`, `verify --key`, or [trust] trusted_keys in the config file.
+    """
+    from .manifest import find_profile_folders, is_artifact_folder
+    from .signing import SIGNATURE_NAME, sign_artifact
+
+    folders = [artifact] if is_artifact_folder(artifact) else [str(f) for f in find_profile_folders(artifact).values()]
+    if not folders:
+        from .errors import ModelLoadError
+
+        raise ModelLoadError(f"{artifact} is neither an artifact folder nor a convert output folder.",
+                             "Pass the folder `edge-sdk convert` wrote.")
+    for folder in folders:
+        rec = sign_artifact(folder, key)
+        click.echo(f"{folder}: signed (key {rec['key_id']}) -> {SIGNATURE_NAME}")
+
+
+@cli.command()
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False),
+              help="Path prefix: writes PREFIX.key (private, mode 0600) and PREFIX.pub.")
+@click.option("--force", is_flag=True, help="Overwrite existing key files.")
+def keygen(out: str, force: bool) -> None:
+    """Make an Ed25519 key pair for signing artifacts (keep the .key secret; ship the .pub to devices)."""
+    from .signing import generate_keypair, key_id, load_public_key
+
+    priv, pub = generate_keypair(out, force=force)
+    click.echo(f"private key: {priv} (keep it secret)\npublic key:  {pub} (key {key_id(load_public_key(pub))})")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,8 +14,31 @@ import warnings
 
 import click
 
-from .cli import cli, emit_json
-from .errors import BenchmarkGateError
+from .cli import cli, emit_json, trust_options
+from .errors import BenchmarkGateError, InputValidationError, ModelLoadError
+
+
+def check_output_path(path: str, option: str) -> None:
+    """Refuse a report path that cannot be written, before the run (by creating and removing a file there).
+
+    Raises:
+        InputValidationError: the folder is missing or not writable, or the path is a folder.
+    """
+    import os
+    import tempfile
+    from pathlib import Path
+
+    target = Path(path)
+    if target.is_dir():
+        raise InputValidationError(f"{option} {path}: is a folder; give a file name.", f"e.g. {option} {target / 'bench.out'}")
+    parent = target.parent if str(target.parent) else Path(".")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".edge-sdk-write-test-", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise InputValidationError(f"{option} {path}: cannot write there ({exc.strerror or exc}).",
+                                   "Pick a path in an existing, writable folder.") from None
 
 
 class ProgressPrinter:
@@ -76,12 +99,18 @@ class ProgressPrinter:
 @click.option("--plot", "plot_path", help='Write a PNG plot to FILE (needs the "plot" extra: matplotlib).')
 @click.option("--fail-if", "fail_if", multiple=True, help="Gate such as 'p99_ms>20' (repeatable); exit 9 when true.")
 @click.option("--no-verify", is_flag=True, help="Skip the artifact hash check (development only).")
+@click.option("--no-crash-guard", is_flag=True,
+              help="Do not trial-load each model in a child process first (a crashing model then ends the run).")
+@trust_options()
 def bench(artifacts, profile, runs, warmup, duration, threads, strict, power, interval_ms, idle_s, image, backend,
-          device, json_path, md_path, plot_path, fail_if, no_verify) -> None:
+          device, json_path, md_path, plot_path, fail_if, no_verify, no_crash_guard, keys, allow_delegates) -> None:
     """Benchmark ARTIFACTS on this device: latency, cold start, memory, power and energy."""
     from .bench import benchmark, to_markdown
 
-    if plot_path:  # fail on a missing matplotlib before minutes of measuring, not after
+    for opt, path in (("--json", None if json_path == "-" else json_path), ("--markdown", md_path), ("--plot", plot_path)):
+        if path:  # an unwritable report path fails now, not after minutes of measuring
+            check_output_path(path, opt)
+    if plot_path:  # likewise a missing matplotlib
         from ._deps import require
 
         require("matplotlib", "bench --plot", extra="plot")
@@ -91,7 +120,9 @@ def bench(artifacts, profile, runs, warmup, duration, threads, strict, power, in
         report = benchmark(list(artifacts), runs=runs, warmup=warmup, duration_s=duration, threads=threads,
                            strict=strict, power=power, idle_s=idle_s, profile=profile, image=image,
                            backend=backend, device=device, fail_if=fail_if, verify=not no_verify,
-                           sample_interval_s=interval_ms / 1000.0, progress=ProgressPrinter())
+                           sample_interval_s=interval_ms / 1000.0, progress=ProgressPrinter(),
+                           crash_guard=False if no_crash_guard else None, trusted_keys=list(keys) if keys else None,
+                           allow_external_delegates=list(allow_delegates))
     for w in caught:
         if issubclass(w.category, UserWarning):
             click.echo(f"warning: {w.message}", err=True)
@@ -110,6 +141,12 @@ def bench(artifacts, profile, runs, warmup, duration, threads, strict, power, in
 
         write_plot(report, plot_path)
         click.echo(f"wrote {plot_path}", err=True)
+    refused = [sk for sk in report.skipped if sk.get("refused")]
+    if refused:
+        raise ModelLoadError(
+            f"{len(refused)} profile folder(s) failed their checks and were not benchmarked: "
+            + "; ".join(f"{sk['name']}: {sk['reason']}" for sk in refused),
+            "The figures above are for the others. Copy the artifact again, or convert again.")
     if report.gates_failed:
         raise BenchmarkGateError(
             f"{len(report.gates_failed)} benchmark gate(s) failed: " + "; ".join(report.gates_failed),

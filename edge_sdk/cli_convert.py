@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from .cli import cli, emit_json
-from .errors import AccuracyGateError
+from .errors import ConversionError
 
 
 @cli.command()
@@ -24,23 +24,44 @@ from .errors import AccuracyGateError
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:d0,d1,...",
               help="Fix an input's dynamic dims; repeatable.")
 @click.option("--preprocess", default=None, help="Image preprocessing: key=value,... / JSON / .json file.")
+@click.option("--output", "outputs", multiple=True, metavar="NAME:KIND[:OPTS]",
+              help="What an output means, for the accuracy gate (scores, logits, boxes, landmarks, regression, heatmap, "
+                   "mask, embedding, sequence, packed, tensor); e.g. output0:packed:axis=1,boxes=0-4,scores=4-84. Repeatable.")
+@click.option("--metric", default=None, metavar="FILE.py:FUNC|MODULE:FUNC",
+              help="A task metric run beside the gate: f(float_outputs, int8_outputs, inputs) -> {'passed': bool, ...}.")
 @click.option("--allow-accuracy-drop", is_flag=True, help="Write the artifact even if the accuracy gate fails.")
 @click.option("--force", is_flag=True, help="Replace existing artifact folders.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
-def convert(model, profiles, out, calib, validation, calib_count, input_shapes, preprocess, allow_accuracy_drop, force, as_json):
-    """Convert MODEL (ONNX, SavedModel, .keras/.h5, float .tflite) into one artifact per --profile."""
+def convert(model, profiles, out, calib, validation, calib_count, input_shapes, preprocess, outputs, metric,
+            allow_accuracy_drop, force, as_json):
+    """Convert MODEL (ONNX, SavedModel, .keras/.h5, float .tflite) into one artifact per --profile.
+
+    Every profile is attempted; each format is judged by the accuracy gate and published on its
+    own. The run ends with a profile x format table; it exits 6 if something could not be
+    converted, 7 if a gate failed (the other profiles and formats are still published).
+    """
     from .converters.pipeline import convert as run_convert
 
     try:
         summary = run_convert(model, list(profiles), out, calib=calib, validation=validation, calib_count=calib_count,
-                              input_shapes=list(input_shapes), preprocess=preprocess,
-                              allow_accuracy_drop=allow_accuracy_drop, force=force)
-    except AccuracyGateError as exc:
-        if as_json:
-            emit_json(exc.report)
+                              input_shapes=list(input_shapes), preprocess=preprocess, outputs=list(outputs),
+                              metric=metric, allow_accuracy_drop=allow_accuracy_drop, force=force)
+    except ConversionError as exc:
+        report = getattr(exc, "report", None)
+        if as_json and report:
+            emit_json(report)
+        elif report:
+            _print_summary(getattr(exc, "summary"))
         raise
     if as_json:
         emit_json(summary.to_dict())
         return
+    _print_summary(summary)
+
+
+def _print_summary(summary) -> None:
     for p in summary.profiles:
-        click.echo(f"{p.profile}: {p.folder} (gate {p.gate}; {', '.join(p.files)})")
+        if p.published:
+            click.echo(f"{p.profile}: {p.folder} (gate {p.gate}; {', '.join(p.files)})")
+        else:
+            click.echo(f"{p.profile}: not written" + (f" ({p.error})" if p.error else ""))

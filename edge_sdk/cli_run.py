@@ -2,7 +2,7 @@
 
 Thin: the options become arguments of :func:`edge_sdk.load`; the input file becomes
 ``model.infer`` (``.npy`` / ``.npz``) or ``model.infer_image`` (any image Pillow reads). Prints
-an output summary (top-k for class scores), timings, backend and delegate, and says plainly
+an output summary by the output's kind (top-k for class scores, points for landmarks, area for masks...), timings, backend and delegate, and says plainly
 when the run fell back from the profile's accelerator. Exit codes are decided in
 :func:`edge_sdk.cli.main`.
 """
@@ -42,21 +42,6 @@ def read_input(path: Path, input_names: list[str]):
     return arrays
 
 
-def summarize(name: str, arr, top_k: int) -> dict:
-    """Shape, dtype, range and, for a class-score vector, the top-k classes."""
-    import numpy as np
-
-    a = np.asarray(arr)
-    info = {"name": name, "shape": list(a.shape), "dtype": str(a.dtype)}
-    if a.size:
-        info.update(min=float(a.min()), max=float(a.max()), mean=float(a.astype(np.float64).mean()))
-    flat = a.reshape(-1) if a.ndim == 1 or (a.ndim == 2 and a.shape[0] == 1) else None
-    if flat is not None and flat.size > 1 and top_k > 0:
-        idx = np.argsort(-flat.astype(np.float64), kind="stable")[:top_k]
-        info["top_k"] = [{"index": int(i), "score": float(flat[i])} for i in idx]
-    return info
-
-
 @cli.command()
 @click.argument("artifact", type=click.Path())
 @click.option("--input", "input_path", required=True, type=click.Path(dir_okay=False),
@@ -68,10 +53,13 @@ def summarize(name: str, arr, top_k: int) -> dict:
 @click.option("--threads", type=int, default=None, help="CPU threads for the runtime.")
 @click.option("--top-k", type=int, default=5, show_default=True, help="Classes to show for class-score outputs.")
 @click.option("--raw", is_flag=True, help="Pass int8/uint8 tensors through without (de)quantizing.")
+@click.option("--accept-failed-gate", is_flag=True,
+              help="With --strict, still run an artifact whose accuracy gate failed (kept with --allow-accuracy-drop).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def run(artifact: str, input_path: str, profile: str | None, backend: str | None, device: str | None,
-        strict: bool, threads: int | None, top_k: int, raw: bool, as_json: bool) -> None:
+        strict: bool, threads: int | None, top_k: int, raw: bool, accept_failed_gate: bool, as_json: bool) -> None:
     """Run ARTIFACT once on --input and show outputs, timings, backend and delegate."""
+    from .outputs import describe_lines, summarize
     from .runtimes.facade import load
 
     path = Path(input_path)
@@ -79,16 +67,19 @@ def run(artifact: str, input_path: str, profile: str | None, backend: str | None
         raise InputValidationError(f"Input file not found: {path}", "Pass an image, a .npy or a .npz file.")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model = load(artifact, profile=profile, backend=backend, device=device, strict=strict, num_threads=threads)
+        model = load(artifact, profile=profile, backend=backend, device=device, strict=strict, num_threads=threads,
+                     accept_failed_gate=accept_failed_gate)
     with model:
         feed = read_input(path, [t.name for t in model.inputs])
         result = model.infer_image(path) if feed is None else model.infer(feed, raw=raw)
+        kinds = {t.name: t.kind for t in model.outputs}
         report = {
             "artifact": artifact, "input": str(path), "profile": result.profile, "backend": result.backend,
             "delegate": result.delegate, "fallback": result.fallback, "skipped": list(model.selection.skipped),
             "notes": list(model.selection.notes), "details": model.details, "model_sha256": result.model_sha256,
             "timings_ms": {k: round(v, 4) for k, v in result.timings.items()},
-            "outputs": [summarize(n, a, top_k) for n, a in result.outputs.items()],
+            "accuracy_gate": (model.manifest.accuracy or {}).get("gate", "unknown"),
+            "outputs": [summarize(n, a, kinds.get(n), top_k) for n, a in result.outputs.items()],
         }
     if as_json:
         emit_json(report)
@@ -100,8 +91,6 @@ def run(artifact: str, input_path: str, profile: str | None, backend: str | None
     ran = f"{report['backend']} (delegate: {report['delegate']})"
     click.echo(f"profile {report['profile']} ran on {ran}" + ("  [FALLBACK]" if report["fallback"] else ""))
     for out in report["outputs"]:
-        click.echo(f"output {out['name']}: {out['dtype']} {out['shape']}"
-                   + (f" min {out['min']:.4g} max {out['max']:.4g} mean {out['mean']:.4g}" if "min" in out else ""))
-        for rank, item in enumerate(out.get("top_k", []), 1):
-            click.echo(f"  #{rank}: class {item['index']}  score {item['score']:.4g}")
+        for line in describe_lines(out, indent=""):
+            click.echo(("output " if not line.startswith(" ") else "") + line)
     click.echo("timings (ms): " + ", ".join(f"{k} {v:.3f}" for k, v in report["timings_ms"].items()))

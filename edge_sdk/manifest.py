@@ -1,23 +1,33 @@
 """``manifest.json``: the contract between the workstation that converts and the device that runs.
 
-Reading a manifest validates it completely: schema, every path stays inside the artifact
-folder (no ``..``, no absolute paths, no symlinks), and the sha256 of every listed file,
-before anything reaches native code. ``verify=False`` skips only the hash check and is
-meant for development.
+Reading a manifest validates it completely: the file itself (a regular file of bounded size,
+parsed as strict JSON: no duplicate keys, no NaN/Infinity, no giant numbers, bounded nesting),
+the schema, tensor specs (static shapes, finite positive quantization scales, zero points in
+range), the preprocessing spec against its sha256, every path staying inside the artifact folder
+(no ``..``, no absolute paths, no symlinks, no FIFOs) and the sha256 of every listed file, before
+anything reaches native code. ``verify=False`` skips only the hash checks and is meant for
+development. :func:`edge_sdk.trust.check_artifact` adds the checks that need the profile and the
+caller's policy (signature, embedded profile, external delegates); ``load`` and ``verify`` both
+call it.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
-from . import typed
+from . import strictjson, typed
 from ._version import __version__
 from .errors import ManifestError
-from .fsutil import atomic_write_bytes, sha256_bytes, sha256_file
+from .fsutil import atomic_write_bytes, sha256_bytes, sha256_file, unpublished_reason
+from .manifest_checks import TAMPERED as _TAMPERED
+from .manifest_checks import check_identifiers, check_preprocessing, check_tensors, safe_relpath
+from .outputs import OutputKind
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -43,6 +53,8 @@ class TensorSpec:
     dtype: DType
     quantization: Quantization | None = None
     layout: str = ""
+    #: What an output means (see :mod:`edge_sdk.outputs`); None for inputs and old manifests.
+    kind: OutputKind | None = None
 
 
 @dataclass
@@ -121,36 +133,68 @@ class Manifest:
         return sorted({a.format for a in self.artifacts if a.role == "model"})
 
 
-def _safe_relpath(folder: Path, rel: str, where: str) -> Path:
-    """Resolve ``rel`` inside ``folder`` or raise: no absolute paths, no ``..``, no symlinks."""
-    pure = PurePosixPath(rel)
-    if not rel or pure.is_absolute() or "\\" in rel or ".." in pure.parts or rel.startswith("~"):
-        raise ManifestError(
-            f"{where}: path '{rel}' leaves the artifact folder.",
-            "Artifact paths must be relative to the folder, without '..'. The artifact may have been tampered with.",
-        )
-    full = folder / pure
-    probe = folder
-    for part in pure.parts:
-        probe = probe / part
-        if probe.is_symlink():
-            raise ManifestError(
-                f"{where}: '{rel}' is a symbolic link; artifacts must contain real files.",
-                "Copy the files into the artifact folder instead of linking them.",
-            )
+#: Largest ``manifest.json`` read (a real one, embedded profile and accuracy report included, is a few KB).
+MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+
+
+def manifest_location(folder: str | Path) -> tuple[Path, Path]:
+    """(artifact folder, its manifest.json) for a folder or a manifest path.
+
+    Raises:
+        ManifestError: the path is too long, or no folder is there.
+    """
+    text = os.fspath(folder)
+    if len(text) > strictjson.MAX_PATH_CHARS:
+        raise ManifestError(f"Artifact path is {len(text)} characters long (limit {strictjson.MAX_PATH_CHARS}).",
+                            "Pass a shorter path.")
+    folder = Path(folder)
     try:
-        full.resolve().relative_to(folder.resolve())
-    except ValueError:
-        raise ManifestError(f"{where}: path '{rel}' resolves outside the artifact folder.") from None
-    return full
+        if folder.name == MANIFEST_NAME and not folder.is_dir():
+            folder = folder.parent
+        if not folder.is_dir():
+            raise ManifestError(f"Artifact folder not found: {folder}", "Pass the folder that `edge-sdk convert` wrote.")
+        path = folder / MANIFEST_NAME
+        if not os.path.lexists(path):
+            raise ManifestError(f"No {MANIFEST_NAME} in {folder}.",
+                                "Pass an artifact folder written by `edge-sdk convert` (it holds manifest.json).")
+    except OSError as exc:
+        raise ManifestError(f"Cannot open artifact folder {str(folder)[:200]}: {exc.strerror or exc}.") from None
+    return folder, path
 
 
-def read_manifest(folder: str | Path, *, verify: bool = True) -> Manifest:
+def read_manifest_bytes(folder: str | Path, *, allow_unpublished: bool = False) -> tuple[Path, Path, bytes]:
+    """The raw bytes of an artifact's manifest, read safely (a regular file, bounded size).
+
+    Args:
+        folder: The artifact folder (or its manifest.json).
+        allow_unpublished: Read a folder that is not a published artifact (see :func:`read_manifest`).
+
+    Returns:
+        (artifact folder, manifest path, bytes) - signatures are checked over exactly these bytes.
+
+    Raises:
+        ManifestError: missing, a link, a FIFO or other special file, too large, unreadable, or
+            not a published artifact.
+    """
+    folder, path = manifest_location(folder)
+    why = None if allow_unpublished else unpublished_reason(folder)
+    if why is not None:
+        raise ManifestError(f"{folder} is not a published artifact: {why}.",
+                            "Load the published profile folder `edge-sdk convert` wrote; a rejected candidate is kept "
+                            "for inspection only (load(..., allow_unpublished=True)).")
+    raw = strictjson.read_regular_file(path, limit=MAX_MANIFEST_BYTES, what="manifest", error=ManifestError)
+    return folder, path, raw
+
+
+def read_manifest(folder: str | Path, *, verify: bool = True, allow_unpublished: bool = False) -> Manifest:
     """Read, validate and (by default) hash-check the manifest of an artifact folder.
 
     Args:
         folder: The artifact folder (or the manifest.json inside it).
-        verify: Check the sha256 of every listed file. Turn off for development only.
+        verify: Check the sha256 of every listed file and of the preprocessing spec. Turn off
+            for development only.
+        allow_unpublished: Read a folder that is not a published artifact (a staging folder, a
+            candidate the accuracy gate rejected): for the gate itself and for inspection only.
 
     Returns:
         The validated :class:`Manifest`.
@@ -158,58 +202,48 @@ def read_manifest(folder: str | Path, *, verify: bool = True) -> Manifest:
     Raises:
         ManifestError: missing/malformed manifest, unsafe path, missing file, size or hash mismatch.
     """
-    folder = Path(folder)
-    if folder.name == MANIFEST_NAME and folder.is_file():
-        folder = folder.parent
-    path = folder / MANIFEST_NAME
-    if not folder.is_dir():
-        raise ManifestError(f"Artifact folder not found: {folder}", "Pass the folder that `edge-sdk convert` wrote.")
-    if path.is_symlink():
-        raise ManifestError(f"{path} is a symbolic link; refusing to read it.")
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ManifestError(
-            f"No {MANIFEST_NAME} in {folder}.",
-            "Pass an artifact folder written by `edge-sdk convert` (it holds manifest.json).",
-        ) from None
-    except OSError as exc:
-        raise ManifestError(f"Cannot read {path}: {exc.strerror}") from None
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ManifestError(f"{path} is not valid JSON ({exc}).", "The artifact is corrupt: convert it again.") from None
+    folder, path, raw = read_manifest_bytes(folder, allow_unpublished=allow_unpublished)
+    return parse_manifest(raw, folder, str(path), verify=verify)
+
+
+def parse_manifest(raw: bytes, folder: Path, where: str, *, verify: bool = True) -> Manifest:
+    """Validate manifest bytes against the files of ``folder`` (see :func:`read_manifest`).
+
+    Raises:
+        ManifestError: naming ``where`` and what is wrong.
+    """
+    data = strictjson.loads(raw, where=where, error=ManifestError, hint="The artifact is corrupt: convert it again.")
     if not isinstance(data, dict):
-        raise ManifestError(f"{path}: expected a JSON object at the top level.")
+        raise ManifestError(f"{where}: expected a JSON object at the top level.")
     version = data.get("schema_version")
     if version != SCHEMA_VERSION:
         raise ManifestError(
-            f"{path}: schema_version {version!r} is not supported by edge-sdk {__version__} (supports {SCHEMA_VERSION}).",
+            f"{where}: schema_version {str(version)[:40]!r} is not supported by edge-sdk {__version__} (supports {SCHEMA_VERSION}).",
             "Convert the model again with this edge-sdk version, or install the edge-sdk version that wrote it.",
         )
-    manifest = typed.parse(Manifest, data, where=str(path), error=ManifestError)
-    _check_tensors(manifest, str(path))
+    manifest = typed.parse(Manifest, data, where=where, error=ManifestError)
+    check_tensors(manifest.inputs, manifest.outputs, where)
+    check_identifiers(manifest, where)
+    check_preprocessing(manifest, where, verify)
     seen = set()
     for i, art in enumerate(manifest.artifacts):
-        where = f"{path}: artifacts[{i}]"
+        at = f"{where}: artifacts[{i}]"
         if art.path in seen:
-            raise ManifestError(f"{where}: '{art.path}' is listed twice.")
+            raise ManifestError(f"{at}: '{art.path}' is listed twice.")
         seen.add(art.path)
-        full = _safe_relpath(folder, art.path, where)
-        if not full.is_file():
-            raise ManifestError(
-                f"{where}: file '{art.path}' is missing from {folder}.",
-                "The artifact folder is incomplete: copy the whole folder, or convert again.",
-            )
+        full = safe_relpath(folder, art.path, at)
+        if not os.path.lexists(full):
+            raise ManifestError(f"{at}: file '{art.path}' is missing from {folder}.",
+                                "The artifact folder is incomplete: copy the whole folder, or convert again.")
+        size, digest = strictjson.hash_regular_file(full, what=f"{at}: file '{art.path}'", error=ManifestError,
+                                                    digest=verify)
         if not verify:
             continue
-        size = full.stat().st_size
         if size != art.size_bytes:
             raise ManifestError(
                 f"'{art.path}' is {size} bytes but the manifest says {art.size_bytes}: truncated or modified.",
                 "Copy the artifact folder again from the source; do not edit files inside it.",
             )
-        digest = sha256_file(full)
         if digest != art.sha256:
             raise ManifestError(
                 f"'{art.path}' does not match its sha256 in the manifest (tampered or corrupt).",
@@ -218,19 +252,31 @@ def read_manifest(folder: str | Path, *, verify: bool = True) -> Manifest:
     return manifest
 
 
-def _check_tensors(manifest: Manifest, where: str) -> None:
-    if not manifest.inputs or not manifest.outputs:
-        raise ManifestError(f"{where}: a manifest must list at least one input and one output.")
-    for kind, specs in (("inputs", manifest.inputs), ("outputs", manifest.outputs)):
-        names = [t.name for t in specs]
-        if len(set(names)) != len(names):
-            raise ManifestError(f"{where}: duplicate tensor names in '{kind}'.")
-        for t in specs:
-            if any((not isinstance(d, int)) or d < 1 for d in t.shape):
-                raise ManifestError(
-                    f"{where}: {kind[:-1]} '{t.name}' has a non-static shape {t.shape}.",
-                    "Artifacts must have fully static shapes; convert again with --input-shape.",
-                )
+def format_io(manifest: Manifest, fmt: str) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """The I/O specs of one artifact format.
+
+    The manifest's ``inputs``/``outputs`` are the artifact's contract. When the formats of one
+    profile differ at their boundary (e.g. an NHWC TFLite beside an NCHW ONNX), the converter
+    records the differing format under ``backend_options["io"][format] = {"inputs": [...],
+    "outputs": [...]}`` (TensorSpec dicts), which then applies to that format.
+
+    Raises:
+        ManifestError: a per-format entry is malformed.
+    """
+    io_all = manifest.backend_options.get("io") or {}
+    if not isinstance(io_all, dict):
+        raise ManifestError("manifest backend_options.io: expected a table of formats.", _TAMPERED)
+    io = io_all.get(fmt)
+    if not io:
+        return list(manifest.inputs), list(manifest.outputs)
+    where = f"manifest backend_options.io.{fmt}"
+    if not isinstance(io, dict) or not io.get("inputs") or not io.get("outputs") or \
+            not isinstance(io["inputs"], list) or not isinstance(io["outputs"], list):
+        raise ManifestError(f"{where}: expected a table with 'inputs' and 'outputs'.")
+    parse = lambda items, kind: [typed.parse(TensorSpec, d, where=f"{where}.{kind}", error=ManifestError) for d in items]  # noqa: E731
+    ins, outs = parse(io["inputs"], "inputs"), parse(io["outputs"], "outputs")
+    check_tensors(ins, outs, where)
+    return ins, outs
 
 
 def file_entry(folder: Path, rel: str, *, fmt: str, precision: str, role: str = "model") -> ArtifactFile:
@@ -256,7 +302,10 @@ def write_manifest(folder: str | Path, manifest: Manifest) -> Path:
     if not manifest.created_at:
         manifest.created_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     data = manifest.to_dict()
-    blob = (json.dumps(data, indent=2, sort_keys=False) + "\n").encode()
+    try:
+        blob = (json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n").encode()
+    except ValueError as exc:  # NaN/Infinity: strict readers (ours included) would refuse the file
+        raise ManifestError(f"manifest being written holds a non-finite number ({exc}).") from None
     # Round-trip through the strict parser so a writer bug cannot produce an unreadable manifest.
     typed.parse(Manifest, json.loads(blob), where="manifest being written", error=ManifestError)
     path = folder / MANIFEST_NAME
@@ -272,22 +321,43 @@ def preprocessing_hash(spec: dict | None) -> str:
 
 
 def is_artifact_folder(path: str | Path) -> bool:
-    return (Path(path) / MANIFEST_NAME).is_file()
+    """True when ``path`` holds a ``manifest.json`` entry (of any kind: reading it checks the rest)."""
+    try:
+        return Path(path).is_dir() and os.path.lexists(Path(path) / MANIFEST_NAME)
+    except (OSError, ValueError):
+        return False
 
 
 def find_profile_folders(path: str | Path) -> dict[str, Path]:
-    """For a `convert` output folder: profile name -> artifact subfolder (one level deep)."""
+    """For a `convert` output folder: profile name -> artifact subfolder (one level deep).
+
+    Nothing here is trusted: the name is read (safely: regular files only, bounded) just to key
+    the map, and is the folder's own name when the manifest is unreadable or the name is not an
+    identifier. Every folder is still checked in full before anything loads from it.
+    """
+    from .profile_checks import NAME_RE
+
     path = Path(path)
     out: dict[str, Path] = {}
-    if not path.is_dir():
+    try:
+        if not path.is_dir():
+            return out
+        children = sorted(path.iterdir())
+    except OSError:
         return out
-    for child in sorted(path.iterdir()):
-        if child.is_dir() and not child.name.startswith(".") and is_artifact_folder(child):
-            try:
-                name = json.loads((child / MANIFEST_NAME).read_text())["profile"]["name"]
-            except (OSError, ValueError, KeyError, TypeError):
-                name = child.name
-            out[str(name)] = child
+    for child in children:
+        if child.name.startswith(".") or child.is_symlink() or not child.is_dir() or not os.path.lexists(child / MANIFEST_NAME):
+            continue
+        name = child.name
+        try:
+            raw = strictjson.read_regular_file(child / MANIFEST_NAME, limit=MAX_MANIFEST_BYTES, what="manifest",
+                                               error=ManifestError)
+            ref = strictjson.loads(raw, where=str(child), error=ManifestError).get("profile", {}).get("name")
+            if isinstance(ref, str) and NAME_RE.fullmatch(ref) and ref not in out:
+                name = ref
+        except (ManifestError, AttributeError):
+            pass
+        out.setdefault(name, child)
     return out
 
 
@@ -303,6 +373,9 @@ __all__ = [
     "TensorSpec",
     "file_entry",
     "find_profile_folders",
+    "format_io",
+    "parse_manifest",
+    "read_manifest_bytes",
     "is_artifact_folder",
     "preprocessing_hash",
     "read_manifest",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -83,15 +84,55 @@ class PreprocessSpec:
 
 
 def from_dict(data: dict, where: str = "preprocessing spec") -> PreprocessSpec:
-    """Parse a spec from a dict (JSON / manifest), strictly."""
-    return typed.parse(PreprocessSpec, data, where=where, error=InputValidationError)
+    """Parse a spec from a dict (JSON / manifest), strictly, and check its values.
+
+    Raises:
+        InputValidationError: unknown key, wrong type, or a value :func:`check` refuses.
+    """
+    return check(typed.parse(PreprocessSpec, data, where=where, error=InputValidationError), where)
+
+
+#: Largest image side accepted in ``size``.
+MAX_SIDE = 16384
+
+
+def check(spec: PreprocessSpec, where: str = "preprocessing spec") -> PreprocessSpec:
+    """Refuse values that would make every input NaN, Inf or garbage.
+
+    ``scale`` and every ``std`` must be finite and above 0, every ``mean`` finite, ``mean``/``std``
+    one value or one per channel, ``size`` two sides of 1..16384, ``pad_value`` 0..255.
+
+    Raises:
+        InputValidationError: naming ``where``, the key and the value.
+    """
+    def bad(key: str, msg: str) -> InputValidationError:
+        return InputValidationError(f"{where}: '{key}' {msg}",
+                                    "Example: size=224x224,scale=1/255,mean=0.485:0.456:0.406,std=0.229:0.224:0.225")
+
+    if not (math.isfinite(spec.scale) and spec.scale > 0):
+        raise bad("scale", f"must be a finite number above 0, got {spec.scale}")
+    for key, values in (("mean", spec.mean), ("std", spec.std)):
+        if len(values) not in (1, spec.channels):
+            raise bad(key, f"needs 1 or {spec.channels} values for {spec.color}, got {len(values)}")
+        for v in values:
+            if not math.isfinite(v) or (key == "std" and v <= 0):
+                raise bad(key, f"values must be finite{' and above 0' if key == 'std' else ''}, got {v}")
+    if spec.size is not None and (len(spec.size) != 2 or any(not 1 <= d <= MAX_SIDE for d in spec.size)):
+        raise bad("size", f"must be HxW with sides of 1..{MAX_SIDE}, got {spec.size}")
+    if not 0 <= spec.pad_value <= 255:
+        raise bad("pad_value", f"must be 0..255, got {spec.pad_value}")
+    return spec
 
 
 def _num(text: str) -> float:
-    if "/" in text:
-        a, b = text.split("/", 1)
-        return float(a) / float(b)
-    return float(text)
+    """A number as typed on the command line: ``0.5``, ``1/255``."""
+    try:
+        if "/" in text:
+            a, b = text.split("/", 1)
+            return float(a) / float(b)
+        return float(text)
+    except ZeroDivisionError:
+        raise ValueError(f"{text} divides by zero") from None
 
 
 def parse(text: str) -> PreprocessSpec:
@@ -110,10 +151,13 @@ def parse(text: str) -> PreprocessSpec:
         except json.JSONDecodeError as exc:
             raise InputValidationError(f"--preprocess: invalid JSON ({exc})") from None
     if text.endswith(".json") or Path(text).is_file():
-        try:
-            return from_dict(json.loads(Path(text).read_text()), where=text)
-        except (OSError, json.JSONDecodeError) as exc:
-            raise InputValidationError(f"--preprocess: cannot read JSON file {text} ({exc})") from None
+        from .strictjson import loads, read_regular_file
+
+        raw = read_regular_file(text, limit=1 << 20, what="--preprocess JSON file", error=InputValidationError)
+        data = loads(raw, where=f"--preprocess {text}", error=InputValidationError)
+        if not isinstance(data, dict):
+            raise InputValidationError(f"--preprocess {text}: expected a JSON object.")
+        return from_dict(data, where=text)
     data: dict[str, Any] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         if "=" not in part:
@@ -135,8 +179,10 @@ def parse(text: str) -> PreprocessSpec:
                 data[key] = val.upper()
             else:
                 data[key] = val
-        except ValueError:
-            raise InputValidationError(f"--preprocess: bad value for '{key}': {val!r}") from None
+        except ValueError as exc:
+            why = f" ({exc})" if "zero" in str(exc) else ""
+            raise InputValidationError(f"--preprocess: bad value for '{key}': {val!r}{why}",
+                                       "example: size=224x224,scale=1/255,mean=0.485:0.456:0.406,std=0.229:0.224:0.225") from None
     return from_dict(data, where="--preprocess")
 
 

@@ -19,6 +19,7 @@ from typing import Literal
 
 from . import typed
 from .errors import ProfileError
+from .profile_checks import ACCELERATOR_RE, MAX_PROFILE_BYTES, NAME_RE, check_accuracy, check_name, check_numbers
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -111,13 +112,70 @@ class RuntimeSpec:
 
 
 @dataclass(frozen=True)
+class ScoresGate:
+    """Thresholds for class scores and logits (after their activation).
+
+    ``confidence``: positions whose float top score reaches it are the ones top-1 and the score
+    error are measured on (a detector's thousands of background anchors are not). Positives
+    (score >= ``positive_threshold``) of float and int8 are compared by F1 on dense outputs.
+    """
+
+    max_score_error: float = 0.1
+    min_positive_f1: float = 0.9
+    positive_threshold: float = 0.5
+    confidence: float = 0.25
+
+
+@dataclass(frozen=True)
+class RegressionGate:
+    """Boxes, landmarks, regressions: absolute error relative to the group's float dynamic range."""
+
+    max_error: float = 0.02
+    max_error_p99: float = 0.08
+
+
+@dataclass(frozen=True)
+class MapGate:
+    """Heatmaps and masks: IoU of the maps thresholded at ``threshold`` (mid-range for unbounded maps)."""
+
+    min_iou: float = 0.85
+    threshold: float = 0.5
+
+
+@dataclass(frozen=True)
+class EmbeddingGate:
+    """Embeddings: cosine per sample (mean over samples, and the worst sample)."""
+
+    min_cosine: float = 0.98
+    min_sample_cosine: float = 0.95
+
+
+@dataclass(frozen=True)
+class SequenceGate:
+    """Per-step class sequences: step-wise top-1 agreement and whole (CTC-collapsed) sequence agreement."""
+
+    min_step_agreement: float = 0.95
+    min_sequence_agreement: float = 0.9
+
+
+@dataclass(frozen=True)
 class AccuracySpec:
-    """Accuracy-gate thresholds; each output of the int8 artifact is held to all of them."""
+    """Accuracy-gate thresholds, per output kind (see :mod:`edge_sdk.outputs`).
+
+    ``min_cosine``/``min_sqnr_db`` judge outputs of unknown kind (``tensor``);
+    ``min_top1_agreement`` judges class scores, logits and sequences' steps; the nested tables
+    judge the other kinds.
+    """
 
     min_cosine: float = 0.99
     min_sqnr_db: float = 15.0
     min_top1_agreement: float = 0.9
     holdout_fraction: float = 0.2
+    scores: ScoresGate = field(default_factory=ScoresGate)
+    regression: RegressionGate = field(default_factory=RegressionGate)
+    maps: MapGate = field(default_factory=MapGate)
+    embedding: EmbeddingGate = field(default_factory=EmbeddingGate)
+    sequence: SequenceGate = field(default_factory=SequenceGate)
 
 
 @dataclass(frozen=True)
@@ -181,6 +239,11 @@ class Profile:
 
 
 def _validate(profile: Profile, where: str) -> Profile:
+    """Value checks beyond the schema: identifiers, finite in-range numbers, a consistent chain."""
+    check_name(profile.name, f"{where}: key 'name'")
+    for i, alias in enumerate(profile.aliases):
+        check_name(alias, f"{where}: key 'aliases[{i}]'")
+    check_numbers(profile.to_dict(), where)
     if profile.artifact.batch_size < 1:
         raise ProfileError(f"{where}: key 'artifact.batch_size': must be >= 1, got {profile.artifact.batch_size}")
     if not profile.artifact.formats:
@@ -193,6 +256,24 @@ def _validate(profile: Profile, where: str) -> Profile:
                 f"{where}: key 'runtime.chain[{i}].format': '{step.format}' is not produced by this profile",
                 f"formats produced: {', '.join(profile.artifact.formats)}",
             )
+        acc = step.accelerator
+        if acc.startswith("external:"):
+            lib = acc.split(":", 1)[1]
+            if not lib.startswith("/") or "\x00" in lib or len(lib) > 1024:
+                raise ProfileError(f"{where}: key 'runtime.chain[{i}].accelerator': an external delegate needs an "
+                                   f"absolute library path, got {acc[:120]!r}", "e.g. external:/opt/armnn/libarmnnDelegate.so")
+        elif not ACCELERATOR_RE.fullmatch(acc):
+            raise ProfileError(f"{where}: key 'runtime.chain[{i}].accelerator': invalid accelerator {acc[:80]!r}",
+                               "a delegate, execution provider or device name (xnnpack, CPUExecutionProvider, NPU ...)")
+    for key, low in (("quantization.min_calibration_samples", profile.quantization.min_calibration_samples),
+                     ("operators.max_rank", profile.operators.max_rank), ("artifact.opset", profile.artifact.opset)):
+        if low < 0:
+            raise ProfileError(f"{where}: key '{key}': must be 0 or more, got {low}")
+    for key in ("p99_ms", "p50_ms"):
+        value = getattr(profile.budget, key)
+        if value is not None and not value > 0:
+            raise ProfileError(f"{where}: key 'budget.{key}': must be above 0, got {value}")
+    check_accuracy(typed.to_dict(profile.accuracy), where)
     a = profile.accuracy
     if not (0.0 < a.holdout_fraction < 1.0):
         raise ProfileError(f"{where}: key 'accuracy.holdout_fraction': must be between 0 and 1, got {a.holdout_fraction}")
@@ -214,17 +295,27 @@ def load_profile_file(path: str | Path) -> Profile:
     """Read and validate a profile TOML file.
 
     Raises:
-        ProfileError: unreadable file, invalid TOML, or invalid content.
+        ProfileError: unreadable, not a regular file, too large, not UTF-8 text (a binary file),
+            invalid TOML, or invalid content.
     """
+    from .strictjson import read_regular_file
+
     path = Path(path)
+    raw = read_regular_file(path, limit=MAX_PROFILE_BYTES, what="profile file", error=ProfileError)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ProfileError(f"Cannot read profile file {path}: {exc.strerror}") from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProfileError(f"{path}: not a text file (invalid UTF-8 at byte {exc.start}); a profile is TOML text.",
+                           "Pass a .toml profile file (docs/profiles.md).") from None
+    if "\x00" in text:
+        raise ProfileError(f"{path}: not a text file (it holds NUL bytes); a profile is TOML text.",
+                           "Pass a .toml profile file (docs/profiles.md).")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{path}: invalid TOML: {exc}") from None
+    except RecursionError:
+        raise ProfileError(f"{path}: invalid TOML: nested too deeply") from None
     return parse_profile(data, str(path))
 
 

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from edge_sdk.errors import ModelLoadError
+from edge_sdk.errors import EdgeSDKError, ModelLoadError
 
 
 class FallbackWarning(UserWarning):
@@ -61,6 +61,8 @@ class RunnerConfig:
         backend_options: The manifest's ``backend_options`` (e.g. the TensorRT version it was built for).
         cache_dir: A writable folder for runtime caches (TensorRT engines); never the artifact folder.
         model_sha256: Hash of the model file, used to key caches.
+        file_sha256: Hash of every file of the artifact by role (``model`` included), from the
+            verified manifest; keys the crash guard's verified-models cache.
     """
 
     model_path: Path
@@ -70,6 +72,7 @@ class RunnerConfig:
     backend_options: dict[str, Any] = field(default_factory=dict)
     cache_dir: Path | None = None
     model_sha256: str = ""
+    file_sha256: dict[str, str] = field(default_factory=dict)
 
 
 class Runner:
@@ -123,12 +126,24 @@ class Runner:
         """Validate the container and load the model; idempotent.
 
         Raises:
-            ModelLoadError: corrupt file or the runtime refused it.
+            ModelLoadError: corrupt file or the runtime refused it; any other exception a native
+                runtime raises while loading (``MemoryError`` from ``std::bad_alloc``, a
+                ``UnicodeDecodeError`` on a damaged tensor name ...) is wrapped into one too.
             DelegateUnavailableError: the accelerator cannot actually be used.
         """
         if not self.is_active:
             self.validate_container(self.config.model_path, self.config.files)
-            self.activate_impl()
+            try:
+                self.activate_impl()
+            except EdgeSDKError:
+                raise
+            except MemoryError:
+                raise ModelLoadError(
+                    f"{self.backend} ran out of memory loading {self.config.model_path.name} (std::bad_alloc): "
+                    "a damaged size field, or a model too large for this device.",
+                    "Copy the artifact folder again from the source, or convert the model again.") from None
+            except Exception as exc:  # noqa: BLE001 - native loaders raise arbitrary types
+                raise native_error(self.config.model_path, self.backend, exc) from None
             self.is_active = True
         return self
 
@@ -173,7 +188,10 @@ def corrupt(path: Path, what: str) -> ModelLoadError:
 
 def native_error(path: Path, backend: str, exc: BaseException) -> ModelLoadError:
     """Wrap an exception raised by a native loader into a :class:`ModelLoadError`."""
-    text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+    msg = str(exc).strip()
+    text = msg.splitlines()[0][:300] if msg else type(exc).__name__
+    if msg and type(exc) not in (RuntimeError, ValueError):  # name unusual types (UnicodeDecodeError ...)
+        text = f"{type(exc).__name__}: {text}"
     return ModelLoadError(
         f"{backend} could not load {path.name}: {text}",
         "The file may be corrupt or made for another runtime version; convert the model again.",

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,11 +30,11 @@ from typing import Any
 import numpy as np
 
 from edge_sdk.errors import DelegateUnavailableError, InputValidationError, ModelLoadError
-from edge_sdk.manifest import Manifest, TensorSpec, read_manifest
+from edge_sdk.manifest import Manifest, TensorSpec, format_io
 from edge_sdk.profiles import RuntimeStep
 
 from .base import Runner, RunnerConfig
-from .select import Selection, manifest_profile, open_runner, resolve_folder
+from .select import Selection, open_runner, resolve_folder
 from .tensors import InputPlan, OutputPlan, plan_inputs, plan_outputs
 
 _perf = time.perf_counter
@@ -169,9 +170,16 @@ class Model:
         feed, t_quant = self._in.convert(inputs, raw)
         t1 = _perf()
         if self._lock is None:
-            outs = runner.infer_impl(feed)
+            try:
+                outs = runner.infer_impl(feed)
+            except Exception:
+                if not runner.is_active:  # closed by another thread mid-call
+                    raise ModelLoadError("This model was closed while inferring.", "Do not close a model other threads use.") from None
+                raise
         else:
             with self._lock:
+                if not runner.is_active:  # closed by another thread while this one waited
+                    raise ModelLoadError("This model is closed.", "Load it again with edge_sdk.load().")
                 outs = runner.infer_impl(feed)
         t2 = _perf()
         outputs = self._out.convert(outs, raw)
@@ -219,8 +227,13 @@ class Model:
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
-        """Release the native model; safe to call twice."""
-        self._runner.deactivate()
+        """Release the native model; safe to call twice, and from another thread (a call in
+        flight finishes first; later calls raise ``ModelLoadError``)."""
+        if self._lock is None:
+            self._runner.deactivate()
+        else:
+            with self._lock:
+                self._runner.deactivate()
 
     def __enter__(self) -> "Model":
         return self
@@ -247,32 +260,16 @@ def _array_to_pil(arr: np.ndarray):
 
 
 def format_specs(manifest: Manifest, fmt: str) -> tuple[list[TensorSpec], list[TensorSpec]]:
-    """The I/O specs of one artifact format.
-
-    The manifest's ``inputs``/``outputs`` are the artifact's contract. When the formats of one
-    profile differ at their boundary (e.g. an NHWC TFLite beside an NCHW ONNX), the converter
-    records the differing format under ``backend_options["io"][format] = {"inputs": [...],
-    "outputs": [...]}`` (TensorSpec dicts), which then applies to that format.
-
-    Raises:
-        ManifestError: a per-format entry is malformed.
-    """
-    io = (manifest.backend_options.get("io") or {}).get(fmt)
-    if not io:
-        return list(manifest.inputs), list(manifest.outputs)
-    from edge_sdk import typed
-    from edge_sdk.errors import ManifestError
-
-    where = f"manifest backend_options.io.{fmt}"
-    if not isinstance(io, dict) or not io.get("inputs") or not io.get("outputs"):
-        raise ManifestError(f"{where}: expected a table with 'inputs' and 'outputs'.")
-    parse = lambda items, kind: [typed.parse(TensorSpec, d, where=f"{where}.{kind}", error=ManifestError) for d in items]  # noqa: E731
-    return parse(io["inputs"], "inputs"), parse(io["outputs"], "outputs")
+    """The I/O specs of one artifact format (see :func:`edge_sdk.manifest.format_io`)."""
+    return format_io(manifest, fmt)
 
 
 def load(path: str | Path, *, profile: str | None = None, backend: str | None = None, device: str | None = None,
          strict: bool = False, num_threads: int | None = None, verify: bool = True, check_finite: bool = True,
-         cache_dir: str | Path | None = None) -> Model:
+         cache_dir: str | Path | None = None, accept_failed_gate: bool = False,
+         allow_unpublished: bool = False, allow_external_delegates: list[str | Path] | None = None,
+         trusted_keys: list | None = None, crash_guard: bool | None = None,
+         verified_cache: str | Path | None = None) -> Model:
     """Load an artifact for inference on the best runtime step this device supports.
 
     Args:
@@ -282,11 +279,25 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
         device: Run this accelerator (delegate / execution provider / OpenVINO device), no fallback.
         strict: Refuse to fall back from the profile's native accelerator.
         num_threads: CPU threads for the runtime.
-        verify: Check every file's sha256 against the manifest (turn off only in development; an
-            unverified model is first trial-loaded in a child process so a corrupt file cannot crash
-            this one, which costs a second or so).
+        verify: Check every file's sha256 against the manifest (turn off only in development).
         check_finite: Reject NaN/Inf in float inputs.
         cache_dir: Writable folder for runtime caches (TensorRT engines); default ``~/.cache/edge-sdk``.
+        accept_failed_gate: With ``strict=True``, still load an artifact whose accuracy gate failed
+            (kept with ``--allow-accuracy-drop``). Without strict such an artifact loads with an
+            :class:`AccuracyWarning`.
+        allow_unpublished: Load a folder that is not a published artifact (a candidate the gate
+            rejected, kept under ``out/.rejected/``) for inspection. Never in a device app.
+        allow_external_delegates: Absolute paths of delegate libraries a profile chain may load
+            (``external:/path.so``); added to the user config file's list. Any other library an
+            artifact names is refused before anything is opened (:mod:`edge_sdk.trust`).
+        trusted_keys: Ed25519 public keys (paths, PEM/OpenSSH bytes or key objects): the
+            manifest must be signed by one of them (:mod:`edge_sdk.signing`). None: the user
+            config file's keys, if any; ``[]``: no signature required.
+        crash_guard: Load the model file in a child process first, so a file that crashes the
+            native runtime raises ``ModelLoadError`` here instead (:mod:`edge_sdk.runtimes.sandbox`).
+            Cached by sha256, so only the first load of an artifact pays it. None: on, unless
+            ``EDGE_SDK_CRASH_GUARD=0`` or the user config file turns it off.
+        verified_cache: The crash guard's cache folder (default ``~/.cache/edge-sdk/verified``).
 
     Returns:
         A loaded :class:`Model`.
@@ -298,18 +309,24 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
         InputValidationError: unknown backend, or a backend/device the artifact cannot run on.
         MissingDependencyError: the runtime for the chosen step is not installed.
     """
-    folder, notes = resolve_folder(path, profile, strict)
-    manifest = read_manifest(folder, verify=verify)
-    if folder.is_file():
-        folder = folder.parent
+    from edge_sdk.trust import Policy, check_artifact
+
+    policy = Policy.resolve(allow_external_delegates, trusted_keys)
+
+    def check(where: Path):  # the one door: load and `edge-sdk verify` run exactly this
+        return check_artifact(where, verify=verify, policy=policy, allow_unpublished=allow_unpublished)
+
+    folder, notes, checked = resolve_folder(path, profile, strict, check)
+    checked = checked or check(folder)
+    folder, manifest, prof = checked.folder, checked.manifest, checked.profile
+    gate_verdict(manifest, folder, strict=strict and not accept_failed_gate)
     if profile is not None and not notes:
         from edge_sdk.profiles import resolve_profile
 
-        want = resolve_profile(profile).name
+        want = profile if profile == manifest.profile.name else resolve_profile(profile).name
         if want != manifest.profile.name:
             raise ModelLoadError(f"{folder} was converted for profile '{manifest.profile.name}', not '{want}'.",
                                  "Load the artifact folder of that profile, or omit profile=.")
-    prof = manifest_profile(manifest, str(folder), verify=verify)
     cache = Path(cache_dir) if cache_dir is not None else Path.home() / ".cache" / "edge-sdk" / "engines"
     chosen: dict[str, str] = {}
 
@@ -321,10 +338,19 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
         files = {a.role: folder / a.path for a in manifest.artifacts if a.role != "model"}
         return RunnerConfig(model_path=folder / art.path, accelerator=step.accelerator, num_threads=num_threads,
                             files=files, backend_options=dict(manifest.backend_options), cache_dir=cache,
-                            model_sha256=art.sha256)
+                            model_sha256=art.sha256, file_sha256={a.path: a.sha256 for a in manifest.artifacts})
+
+    from .sandbox import guard_for
+
+    guard = guard_for(manifest, enabled=crash_guard, cache=verified_cache, verify=verify)
+
+    def guarded(step: RuntimeStep, config: RunnerConfig) -> None:
+        chosen["guard"] = guard(step, config)
 
     runner, selection = open_runner(folder, manifest, prof, backend=backend, device=device, strict=strict,
-                                    make_config=make_config, trial=not verify)
+                                    make_config=make_config, guard=guarded if guard is not None else None)
+    # "trial": loaded in a child process first; "cached": a passed trial of these exact files; "off".
+    runner.details["crash_guard"] = chosen.get("guard", "off")
     selection.notes.extend(notes)
     for note in notes:
         log.info("%s", note)
@@ -334,6 +360,37 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
     except BaseException:
         runner.deactivate()
         raise
+
+
+class AccuracyWarning(UserWarning):
+    """The artifact failed its accuracy gate and was kept anyway (``--allow-accuracy-drop``)."""
+
+
+def gate_verdict(manifest: Manifest, folder: Path, *, strict: bool) -> str | None:
+    """Say so when the artifact's accuracy gate failed: a warning, or an error in strict mode.
+
+    Returns:
+        The warning text, or None when the gate did not fail.
+
+    Raises:
+        ModelLoadError: ``strict`` and the gate failed.
+    """
+    acc = manifest.accuracy or {}
+    if acc.get("gate") != "failed":
+        return None
+    fails = [f"{fmt}: {f}" for fmt, r in (acc.get("formats") or {}).items() if isinstance(r, dict)
+             for f in (r.get("failures") or [])[:2]]
+    from edge_sdk.fsutil import unpublished_reason
+
+    how = "is a rejected candidate" if unpublished_reason(folder) else "was kept with --allow-accuracy-drop"
+    text = (f"{folder}: this artifact FAILED its accuracy gate and {how}"
+            + (f" ({'; '.join(fails[:3])})" if fails else "") + "; its outputs may not do the model's task.")
+    if strict:
+        raise ModelLoadError(text, "Convert again with representative calibration data, or load with "
+                                   "accept_failed_gate=True (--accept-failed-gate) if you accept it.")
+    warnings.warn(text, AccuracyWarning, stacklevel=3)
+    log.warning("%s", text)
+    return text
 
 
 def _edgetpu_model(manifest, fmt: str):
@@ -354,4 +411,4 @@ def _edgetpu_model(manifest, fmt: str):
         "on a host that has edgetpu_compiler on PATH")
 
 
-__all__ = ["InferenceResult", "LoadOptions", "Model", "load"]
+__all__ = ["AccuracyWarning", "InferenceResult", "LoadOptions", "Model", "gate_verdict", "load"]

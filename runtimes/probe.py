@@ -2,13 +2,15 @@
 
 Used by ``edge-sdk doctor``, by ``load`` to walk a profile's runtime chain, and by ``bench``
 to decide which profiles run natively here. Importing a runtime module (onnxruntime,
-openvino, ai_edge_litert) is allowed; TensorFlow is never imported here.
+openvino, ai_edge_litert) is allowed; TensorFlow is never imported here. A library named by a
+profile (``external:/path.so``) is never opened by a probe: only looked for.
 """
 
 from __future__ import annotations
 
 import ctypes
 import importlib
+import os
 import platform
 from dataclasses import dataclass
 from functools import lru_cache
@@ -141,12 +143,12 @@ def probe_step(backend: str, accelerator: str) -> StepStatus:
                                   "build or install libtensorflowlite_gpu_delegate.so for this device")
             return StepStatus(True, "GPU delegate library loads")
         if accelerator.startswith("external:"):
+            # Never opened here: loading a library runs its code, and the path came from a profile.
+            # Whether it may be loaded at all is the caller's decision (edge_sdk.trust), checked first.
             path = accelerator.split(":", 1)[1]
-            try:
-                ctypes.CDLL(path)
-            except OSError as exc:
-                return StepStatus(False, f"external delegate {path} cannot be loaded ({exc})", "check the delegate path")
-            return StepStatus(True, f"external delegate {path} loads")
+            if not os.path.isfile(path):
+                return StepStatus(False, f"external delegate {path} is not installed here", "check the delegate path")
+            return StepStatus(True, f"external delegate {path} is present")
         return StepStatus(False, f"unknown LiteRT delegate '{accelerator}'", "use edgetpu, xnnpack, gpu or external:/path.so")
     if backend == "onnxruntime":
         providers = ort_providers()

@@ -13,18 +13,21 @@ step (:func:`edge_sdk.runtimes.probe.probe_step`) and activating the first that 
 
 from __future__ import annotations
 
-import json
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
-from edge_sdk.errors import DelegateUnavailableError, InputValidationError, ManifestError, ModelLoadError, ProfileError
+from edge_sdk.errors import DelegateUnavailableError, EdgeSDKError, InputValidationError, ModelLoadError
 from edge_sdk.manifest import MANIFEST_NAME, Manifest, find_profile_folders, is_artifact_folder
-from edge_sdk.profiles import Profile, RuntimeStep, parse_profile, resolve_profile
+from edge_sdk.profiles import Profile, RuntimeStep, resolve_profile
 from edge_sdk.registry import Registry
 
-from .base import FallbackWarning, Runner
+from .base import FallbackWarning, Runner, RunnerConfig
 from .probe import host_matches, probe_step
+
+if TYPE_CHECKING:  # pragma: no cover
+    from edge_sdk.trust import CheckedArtifact
 
 #: backend name -> runner class ("module:attr", imported only when that backend is used).
 BACKENDS: Registry[type[Runner]] = Registry("backend", InputValidationError)
@@ -68,86 +71,83 @@ def step_name(step: RuntimeStep) -> str:
 
 
 def manifest_profile(manifest: Manifest, where: str, verify: bool = True) -> Profile:
-    """Parse the profile embedded in the manifest and check it against its recorded sha256.
+    """The profile embedded in the manifest, checked against its sha256 (see :func:`edge_sdk.trust.embedded_profile`)."""
+    from edge_sdk.trust import embedded_profile
 
-    Args:
-        manifest: The validated manifest.
-        where: The artifact folder, for messages.
-        verify: Check ``profile.sha256`` (the runtime chain decides what runs, so an edited
-            profile is as bad as an edited model file).
-
-    Raises:
-        ModelLoadError: no valid profile embedded (``ManifestError`` when it was edited).
-    """
-    if not manifest.profile.spec:
-        raise ModelLoadError(f"{where}: the manifest embeds no profile spec; cannot tell how to run it.",
-                             "Convert the model again with this edge-sdk version.")
-    try:
-        profile = parse_profile(manifest.profile.spec, f"{where} (embedded profile)")
-    except ProfileError as exc:
-        raise ModelLoadError(exc.message, exc.hint) from None
-    if verify and profile.sha256 != manifest.profile.sha256:
-        raise ManifestError(f"{where}: the embedded profile '{profile.name}' does not match its sha256 in the manifest "
-                            "(edited or corrupt).", "Copy the artifact folder again from the source; do not edit manifest.json.")
-    return profile
+    return embedded_profile(manifest, where, verify)
 
 
-def resolve_folder(path: str | Path, profile: str | None, strict: bool) -> tuple[Path, list[str]]:
+def resolve_folder(path: str | Path, profile: str | None, strict: bool,
+                   check: Callable[[Path], CheckedArtifact]) -> tuple[Path, list[str], CheckedArtifact | None]:
     """The artifact folder to load: ``path`` itself, or one profile folder of a ``convert`` output.
+
+    In a ``convert`` output folder every profile folder passes ``check`` (manifest, hashes,
+    signature, delegate policy) *before* its runtime chain is probed: probing may import a
+    runtime, and nothing native runs for an artifact that has not been checked. A folder that
+    fails is never picked; the notes say why.
 
     Args:
         path: Artifact folder, or a folder of per-profile artifact folders.
         profile: Profile name/alias to pick (None: the one this device runs natively).
         strict: Refuse to pick a profile that cannot run natively here.
+        check: The trust check (:func:`edge_sdk.trust.check_artifact` with the caller's policy).
 
     Returns:
-        (artifact folder, notes saying which profile was picked and why).
+        (artifact folder, notes saying which profile was picked and why, its check result when
+        it was already checked here, else None).
 
     Raises:
-        ModelLoadError: nothing loadable at ``path``, or the named profile is not in it.
+        ModelLoadError: nothing loadable at ``path``, the named profile is not in it, or every
+            profile folder in it failed its check (``ManifestError`` with the first reason).
         DelegateUnavailableError: strict and no profile runs natively here.
     """
     path = Path(path)
     if not path.exists():
         raise ModelLoadError(f"Artifact folder not found: {path}", "Pass the folder that `edge-sdk convert` wrote.")
     if is_artifact_folder(path) or path.name == MANIFEST_NAME:
-        return path, []
+        return path, [], None
     folders = find_profile_folders(path)
     if not folders:
         raise ModelLoadError(f"{path} is neither an artifact folder (no {MANIFEST_NAME}) nor a convert output folder.",
                              "Pass the folder `edge-sdk convert` wrote, or one of its profile subfolders.")
     if profile is not None:
-        name = resolve_profile(profile).name
+        # A custom profile is known by the name its folder's manifest gives it; built-ins also by alias.
+        name = profile if profile in folders else resolve_profile(profile).name
         if name not in folders:
             raise ModelLoadError(f"{path} holds no artifact for profile '{name}'.", f"Profiles present: {', '.join(folders)}")
-        return folders[name], [f"profile '{name}' chosen by the caller"]
-    ranked = []
+        return folders[name], [f"profile '{name}' chosen by the caller"], None
+    ranked, refused, checked = [], [], {}
     for name, folder in folders.items():
-        prof = _peek_profile(folder)
-        if prof is None or not host_matches(prof):
+        try:
+            checked[name] = check(folder)
+        except EdgeSDKError as exc:
+            refused.append((name, exc))
+            continue
+        prof = checked[name].profile
+        if not host_matches(prof):
             continue
         native = [s for s in prof.runtime.chain if s.native and probe_step(s.backend, s.accelerator).available]
         if native:
             ranked.append((native[0].accelerator in CPU_ACCELERATORS, name, folder, step_name(native[0])))
+    notes = [f"profile folder '{name}' in {path} was refused: {exc.message}" for name, exc in refused]
+    if not checked:
+        first = refused[0][1]
+        if not isinstance(first, ModelLoadError):
+            raise first  # a policy or setup problem (a bad key file, a missing extra), not the artifact's
+        raise type(first)(f"No profile folder in {path} passed its checks: "
+                          + "; ".join(f"{n}: {e.message}" for n, e in refused), first.hint)
     if ranked:
         ranked.sort()
         _, name, folder, step = ranked[0]
         return folder, [f"picked profile '{name}' from {path}: it runs natively here on {step} (others: "
-                        f"{', '.join(n for n in folders if n != name) or 'none'})"]
+                        f"{', '.join(n for n in folders if n != name) or 'none'})", *notes], checked[name]
     if strict:
-        raise DelegateUnavailableError(f"No profile in {path} runs natively on this device ({', '.join(folders)}).",
+        raise DelegateUnavailableError(f"No profile in {path} runs natively on this device ({', '.join(folders)})"
+                                       + "".join(f"; {n}" for n in notes) + ".",
                                        "Pass profile=... (or --profile) to run one with the reported fallback, "
                                        "or run `edge-sdk doctor` to see what is missing.")
-    name = sorted(folders)[0]
-    return folders[name], [f"no profile in {path} runs natively here; using '{name}' with fallback"]
-
-
-def _peek_profile(folder: Path) -> Profile | None:
-    try:
-        data = json.loads((folder / MANIFEST_NAME).read_text())
-        return parse_profile(data["profile"]["spec"], str(folder))
-    except (OSError, ValueError, KeyError, TypeError, ProfileError):
-        return None
+    name = sorted(checked)[0]
+    return folders[name], [f"no profile in {path} runs natively here; using '{name}' with fallback", *notes], checked[name]
 
 
 def candidate_steps(profile: Profile, manifest: Manifest, backend: str | None,
@@ -177,7 +177,8 @@ def candidate_steps(profile: Profile, manifest: Manifest, backend: str | None,
 
 
 def open_runner(folder: Path, manifest: Manifest, profile: Profile, *, backend: str | None, device: str | None,
-                strict: bool, make_config, trial: bool = False) -> tuple[Runner, Selection]:
+                strict: bool, make_config, guard: Callable[[RuntimeStep, RunnerConfig], object] | None = None,
+                activate: bool = True) -> tuple[Runner, Selection]:
     """Walk the chain and return the first runner that activates, with the selection record.
 
     Args:
@@ -187,7 +188,11 @@ def open_runner(folder: Path, manifest: Manifest, profile: Profile, *, backend: 
         backend / device: An explicit choice, or None.
         strict: Refuse non-native steps.
         make_config: ``(step) -> RunnerConfig`` for the step's artifact file.
-        trial: First load and run the file in a child process (unverified files, see ``sandbox``).
+        guard: ``(step, config)`` run before the file is loaded here: the crash guard's trial in a
+            child process (see ``sandbox``); it raises ``ModelLoadError`` for a file that crashes,
+            ``DelegateUnavailableError`` for a step that cannot run.
+        activate: Load the model in this process (False: only the guard's trial, for ``verify``;
+            the returned runner is then not active).
 
     Raises:
         DelegateUnavailableError: strict and the native accelerator cannot be used, an explicit
@@ -211,15 +216,13 @@ def open_runner(folder: Path, manifest: Manifest, profile: Profile, *, backend: 
             sel.skipped.append(f"{step_name(step)}: {exc.message}")
             fixes.append(exc.hint or "")
             continue
-        runner_cls = BACKENDS.get(step.backend)
-        runner = runner_cls(config)
-        if trial:
-            runner_cls.validate_container(config.model_path, config.files)  # cheap checks first
-            from .sandbox import trial_run
-
-            trial_run(step.backend, config)
+        runner = BACKENDS.get(step.backend)(config)
         try:
-            runner.activate()
+            if guard is not None:
+                runner.validate_container(config.model_path, config.files)  # cheap checks first
+                guard(step, config)
+            if activate:
+                runner.activate()
         except DelegateUnavailableError as exc:
             sel.skipped.append(f"{step_name(step)}: {exc.message}")
             fixes.append(exc.hint or "")

@@ -1,4 +1,7 @@
-"""Accuracy-gate metrics and step selection (fast; the gate end to end is in test_convert_onnx.py)."""
+"""Accuracy-gate metrics by output kind, kind inference, declarations and step selection.
+
+Fast and pure numpy/onnx; the gate end to end is in test_gate_e2e.py and test_convert_onnx.py.
+"""
 
 from __future__ import annotations
 
@@ -7,52 +10,222 @@ import math
 import numpy as np
 import pytest
 
-from edge_sdk.converters.accuracy import gate_step, judge, match_outputs, output_metrics
-from edge_sdk.errors import ConversionError
+from edge_sdk.converters.accuracy import compare, gate_step, infer_kinds, match_outputs
+from edge_sdk.converters.accuracy.kinds import from_values
+from edge_sdk.converters.accuracy.metrics import evaluate_output, whole_tensor
+from edge_sdk.errors import ConversionError, InputValidationError
+from edge_sdk.manifest import TensorSpec
+from edge_sdk.outputs import OutputGroup, OutputKind, ctc_collapse, parse_declaration
 from edge_sdk.profiles import AccuracySpec, builtin_profiles
 
-
-def test_identical_outputs():
-    ref = [np.array([[0.1, 0.7, 0.2]], np.float32)] * 3
-    m = output_metrics(ref, [r.copy() for r in ref])
-    assert m["cosine"] == pytest.approx(1.0) and m["sqnr_db"] == math.inf and m["max_abs_err"] == 0
-    assert m["top1_agreement"] == 1.0 and m["samples"] == 3
+SPEC = AccuracySpec(min_cosine=0.98, min_sqnr_db=15.0, min_top1_agreement=0.9)
+RNG = np.random.default_rng(0)
 
 
-def test_sqnr_cosine_and_max_error_match_their_definitions():
-    rng = np.random.default_rng(0)
-    ref = [rng.normal(0, 1, (1, 8, 4)).astype(np.float32) for _ in range(5)]
-    noise = [rng.normal(0, 0.1, r.shape).astype(np.float32) for r in ref]
-    test = [r + n for r, n in zip(ref, noise)]
-    m = output_metrics(ref, test)
-    r, t = np.concatenate([a.ravel() for a in ref]).astype(np.float64), np.concatenate([a.ravel() for a in test]).astype(np.float64)
+def _fake_int8(x: np.ndarray) -> np.ndarray:
+    """What one symmetric per-tensor int8 scale (TensorRT's) does to a tensor."""
+    scale = float(np.abs(x).max()) / 127.0
+    return np.round(x / scale) * scale
+
+
+# ----------------------------------------------------------------------------- whole-tensor figures
+def test_whole_tensor_figures_match_their_definitions():
+    ref = RNG.normal(0, 1, (5, 1, 8, 4))
+    test = ref + RNG.normal(0, 0.1, ref.shape)
+    m = whole_tensor(ref, test)
+    r, t = ref.ravel(), test.ravel()
     assert m["sqnr_db"] == pytest.approx(10 * math.log10(np.sum(r ** 2) / np.sum((r - t) ** 2)), abs=1e-3)
     assert m["cosine"] == pytest.approx(np.dot(r, t) / np.linalg.norm(r) / np.linalg.norm(t), abs=1e-6)
     assert m["max_abs_err"] == pytest.approx(np.max(np.abs(r - t)))
-    assert "top1_agreement" not in m  # a feature map is not class scores
+    z = np.zeros((1, 4))
+    assert whole_tensor(z, z)["cosine"] == 1.0 and whole_tensor(z, np.ones((1, 4)))["cosine"] == 0.0
 
 
-def test_top1_agreement_counts_argmax_flips():
+# ----------------------------------------------------------------------------- scores
+def test_classifier_scores_count_top1_flips_and_score_error():
     ref = [np.array([[0.1, 0.9]]), np.array([[0.8, 0.2]]), np.array([[0.3, 0.7]]), np.array([[0.6, 0.4]])]
     test = [np.array([[0.1, 0.9]]), np.array([[0.2, 0.8]]), np.array([[0.3, 0.7]]), np.array([[0.6, 0.4]])]
-    assert output_metrics(ref, test)["top1_agreement"] == 0.75
+    m = evaluate_output(ref, test, OutputKind("scores"), SPEC)
+    assert m["top1_agreement"] == 0.75 and not m["passed"]
+    assert any("top-1 agreement 0.750" in f for f in m["failures"])
+    same = evaluate_output(ref, [r.copy() for r in ref], OutputKind("scores"), SPEC)
+    assert same["passed"] and same["top1_agreement"] == 1.0 and same["score_error"] == 0.0
 
 
-def test_judge_names_each_failing_metric():
-    spec = AccuracySpec(min_cosine=0.99, min_sqnr_db=20.0, min_top1_agreement=0.9)
-    good = {"probs": {"cosine": 0.999, "sqnr_db": 30.0, "top1_agreement": 1.0, "max_abs_err": 0.01}}
-    bad = {"probs": {"cosine": 0.9, "sqnr_db": 5.0, "top1_agreement": 0.5, "max_abs_err": 0.5}}
-    assert judge(good, spec) == []
-    fails = judge(bad, spec)
-    assert len(fails) == 3 and all(f.startswith("probs:") for f in fails)
+def test_yolo_packed_head_collapsed_by_one_scale_fails_although_cosine_is_high():
+    """Boxes 0..320 and class scores 0..1 in one [4+C, N] tensor: one int8 scale zeroes the scores."""
+    n, classes = 400, 6
+    boxes = RNG.uniform(0, 320, (4, n))
+    scores = 1 / (1 + np.exp(-RNG.normal(-5, 1.5, (classes, n))))
+    scores[2, :12] = RNG.uniform(0.6, 0.95, 12)  # a few real detections
+    ref = [np.concatenate([boxes, scores])[None] for _ in range(3)]
+    test = [_fake_int8(r) for r in ref]
+    kind = OutputKind("packed", axis=1, groups=[OutputGroup("boxes", 0, 4, "boxes"), OutputGroup("scores", 4, 4 + classes, "scores")])
+    m = evaluate_output(ref, test, kind, SPEC)
+    assert float(m["cosine"]) > 0.99  # the whole-tensor figure says "fine"...
+    assert not m["passed"] and m["worst"] == "scores"  # ...the scores group says the detector never fires
+    assert not m["groups"]["scores"]["passed"] and m["groups"]["boxes"]["passed"]
+    assert any("scores: collapsed" in f for f in m["failures"])
+    assert any("positives" in f and "int8 0" in f for f in m["failures"])
 
 
-def test_zero_outputs_do_not_divide_by_zero():
-    z = [np.zeros((1, 4), np.float32)]
-    assert output_metrics(z, z)["cosine"] == 1.0
-    assert output_metrics(z, [np.ones((1, 4), np.float32)])["cosine"] == 0.0
+def test_logits_with_very_negative_background_pass_when_the_task_is_intact():
+    """BlazeFace-style: background logits near -60 move a lot under int8; the faces do not."""
+    n = 896
+    ref, test = [], []
+    for _ in range(4):
+        r = RNG.normal(-60, 12, (1, n, 1))
+        r[0, :5, 0] = RNG.uniform(2.5, 4.0, 5)
+        t = r + RNG.normal(0, 1.0, r.shape)
+        t[0, 5:, 0] = RNG.normal(-45, 12, n - 5)  # background anchors wander (nobody looks at them)
+        ref.append(r)
+        test.append(t)
+    as_tensor = evaluate_output(ref, test, OutputKind("tensor"), SPEC)
+    assert not as_tensor["passed"]  # the old whole-tensor gate: a false fail
+    m = evaluate_output(ref, test, OutputKind("logits", activation="sigmoid"), SPEC)
+    assert m["passed"], m["failures"]
+    assert m["positive_f1"] == 1.0 and m["positives"] == [20, 20]
+    broken = [t.copy() for t in test]
+    for b in broken:
+        b[0, :5, 0] = -3.0  # the faces are gone
+    assert not evaluate_output(ref, broken, OutputKind("logits", activation="sigmoid"), SPEC)["passed"]
 
 
+def test_regressions_are_judged_at_the_positions_the_scores_call_confident():
+    boxes = RNG.uniform(0, 200, (2, 50, 4))
+    logits = np.full((2, 50, 1), -8.0)
+    logits[:, :3] = 4.0
+    noisy = boxes + RNG.normal(0, 0.5, boxes.shape)
+    noisy[:, 10:] += 80.0  # wrong boxes only where nothing is detected
+    out = compare([{"b": boxes[i], "s": logits[i]} for i in range(2)], [{"b": noisy[i], "s": logits[i]} for i in range(2)],
+                  {"b": OutputKind("boxes"), "s": OutputKind("logits", activation="sigmoid")}, SPEC)
+    assert out["b"]["passed"] and out["b"]["at_confident_positions"] == 6 and "judged_at" in out["b"]
+
+
+# ----------------------------------------------------------------------------- other kinds
+def test_landmarks_get_no_top1_and_are_judged_relative_to_their_range():
+    pts = RNG.uniform(40, 160, (6, 1, 63))
+    kind = from_values(pts, [1, 63])
+    assert kind is not None and kind.kind == "landmarks"
+    m = evaluate_output(list(pts), list(pts + RNG.normal(0, 0.3, pts.shape)), kind, SPEC)
+    assert "top1_agreement" not in m and m["passed"] and "range_error" in m
+    bad = evaluate_output(list(pts), list(pts + RNG.normal(0, 8, pts.shape)), kind, SPEC)
+    assert not bad["passed"] and any("of the range" in f for f in bad["failures"])
+
+
+def test_sequence_gets_step_and_whole_sequence_agreement():
+    steps, classes = 40, 30
+    ref = []
+    for _ in range(10):
+        path = RNG.integers(1, classes, steps)
+        path[RNG.random(steps) < 0.6] = 0  # mostly CTC blanks
+        ref.append(np.eye(classes)[path][None] * 0.9 + 0.1 / classes)
+    kind = OutputKind("sequence", axis=-1, blank=0)
+    m = evaluate_output(ref, [r.copy() for r in ref], kind, SPEC)
+    assert m["step_agreement"] == 1.0 and m["sequence_agreement"] == 1.0 and "top1_agreement" not in m
+    flipped = [r.copy() for r in ref]
+    for f in flipped[:3]:  # one symbol changed in three of ten strings
+        k = int(np.argmax(f[0].argmax(-1) > 0))
+        f[0, k] = np.roll(f[0, k], 1)
+    m = evaluate_output(ref, flipped, kind, SPEC)
+    assert m["step_agreement"] == pytest.approx(1 - 3 / (10 * steps)) and m["sequence_agreement"] == 0.7
+    assert not m["passed"] and any("whole-sequence agreement 0.700" in f for f in m["failures"])
+    assert ctc_collapse(np.array([0, 3, 3, 0, 3, 5, 5, 0]), 0) == [3, 3, 5]
+
+
+def test_masks_by_iou_and_embeddings_by_cosine():
+    mask = (RNG.random((3, 1, 32, 32, 1)) > 0.7).astype(np.float64)
+    m = evaluate_output(list(mask), list(mask), OutputKind("mask"), SPEC)
+    assert m["iou"] == 1.0 and m["passed"]
+    shifted = np.roll(mask, 3, axis=2)
+    assert not evaluate_output(list(mask), list(shifted), OutputKind("mask"), SPEC)["passed"]
+    emb = RNG.normal(0, 1, (5, 1, 96))
+    ok = evaluate_output(list(emb), list(emb + RNG.normal(0, 0.05, emb.shape)), OutputKind("embedding"), SPEC)
+    assert ok["passed"] and ok["cosine_mean"] > 0.99
+    assert not evaluate_output(list(emb), list(emb + RNG.normal(0, 1, emb.shape)), OutputKind("embedding"), SPEC)["passed"]
+
+
+# ----------------------------------------------------------------------------- inference of kinds
+def _onnx_graph(tail: str, out_shape: list[int]):
+    import onnx
+    from onnx import TensorProto, helper
+
+    from edge_sdk.converters.graph import from_onnx
+
+    nodes = [helper.make_node("Relu", ["x"], ["h"])]
+    if tail == "packed":
+        nodes += [helper.make_node("Slice", ["h", "s0", "s4", "ax"], ["b0"]), helper.make_node("Mul", ["b0", "k"], ["b"]),
+                  helper.make_node("Slice", ["h", "s4", "s9", "ax"], ["c0"]), helper.make_node("Sigmoid", ["c0"], ["c"]),
+                  helper.make_node("Concat", ["b", "c"], ["y"], axis=1)]
+        inits = [helper.make_tensor(n, TensorProto.INT64, [1], [v]) for n, v in (("s0", 0), ("s4", 4), ("s9", 9), ("ax", 1))]
+        inits.append(helper.make_tensor("k", TensorProto.FLOAT, [], [320.0]))
+    else:
+        nodes.append(helper.make_node(tail, ["h"], ["y"], **({"axis": -1} if tail == "Softmax" else {})))
+        inits = []
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, out_shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)], inits)
+    return from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+@pytest.mark.parametrize("tail, shape, want", [
+    ("Softmax", [1, 10], "scores(axis -1)"),
+    ("Softmax", [1, 40, 100], "sequence(axis -1)"),
+    ("Sigmoid", [1, 1, 64, 64], "mask"),
+    ("Sigmoid", [1, 3], "scores(axis -1)"),
+    ("packed", [1, 9, 100], "packed(boxes 0:4, scores 4:9 @axis -2)"),
+])
+def test_kinds_come_from_the_graph_tail(tail, shape, want):
+    graph = _onnx_graph(tail, shape)
+    ref = [{"y": RNG.random(shape)}]
+    kinds = infer_kinds([TensorSpec("y", shape, "float32")], ref, graph)
+    assert kinds["y"].label() == want and kinds["y"].source == "graph"
+
+
+def test_kinds_from_values_when_the_graph_says_nothing():
+    n = 300
+    packed = np.concatenate([RNG.uniform(0, 320, (2, 4, n)), RNG.uniform(0, 1, (2, 5, n))], axis=1)
+    k = from_values(packed[:, None], [1, 9, n])
+    assert k.kind == "packed" and [(g.name, g.start, g.stop) for g in k.groups] == [("boxes", 0, 4), ("scores", 4, 9)]
+    logits = RNG.normal(-50, 10, (3, 1, 896, 1))
+    assert from_values(logits, [1, 896, 1]).label() == "logits(axis -1, sigmoid)"
+    emb = RNG.normal(0, 5, (3, 1, 1, 1, 96))
+    assert from_values(emb, [1, 1, 1, 96]).kind == "embedding"
+    probs = RNG.dirichlet(np.ones(7), (4, 1))
+    assert from_values(probs, [1, 7]).kind == "scores"
+    assert from_values(RNG.normal(0, 1, (3, 1, 5, 5)), [1, 5, 5]) is None
+
+
+def test_boxes_beside_scores_are_recognised():
+    kinds = infer_kinds([TensorSpec("reg", [1, 896, 16], "float32"), TensorSpec("cls", [1, 896, 1], "float32")],
+                        [{"reg": RNG.normal(0, 50, (1, 896, 16)), "cls": RNG.normal(-40, 10, (1, 896, 1))}], None)
+    assert kinds["reg"].kind == "boxes" and kinds["cls"].kind == "logits"
+
+
+# ----------------------------------------------------------------------------- declarations
+def test_declarations_parse_names_with_colons_and_packed_groups():
+    name, k = parse_declaration("StatefulPartitionedCall:0:packed:axis=1,boxes=0-4,cls=4-84/scores")
+    assert name == "StatefulPartitionedCall:0" and k.kind == "packed" and k.axis == 1 and k.source == "declared"
+    assert [(g.name, g.start, g.stop, g.kind) for g in k.groups] == [("boxes", 0, 4, "boxes"), ("cls", 4, 84, "scores")]
+    assert parse_declaration("probs:logits:activation=sigmoid")[1].activation == "sigmoid"
+    assert parse_declaration("out:ctc:blank=0")[1].kind == "sequence"
+
+
+@pytest.mark.parametrize("bad", ["nokind", "x:wat", "x:packed", "x:packed:boxes=4", "x:scores:axis=one", "x:packed:obj=0-4",
+                                 "x:scores:color=red"])
+def test_bad_declarations_are_clear_errors(bad):
+    with pytest.raises(InputValidationError):
+        parse_declaration(bad)
+
+
+def test_declaration_must_fit_the_output():
+    with pytest.raises(InputValidationError, match="outside axis"):
+        infer_kinds([TensorSpec("y", [1, 9, 10], "float32")], [{"y": np.zeros((1, 9, 10))}], None,
+                    {"y": parse_declaration("y:packed:axis=1,boxes=0-4,scores=4-12")[1]})
+    with pytest.raises(InputValidationError, match="does not have"):
+        infer_kinds([TensorSpec("y", [1, 3], "float32")], [{"y": np.zeros((1, 3))}], None, {"z": OutputKind("scores")})
+
+
+# ----------------------------------------------------------------------------- steps and names
 @pytest.mark.parametrize("profile, fmt, backend, accel", [
     ("jetson-orin", "onnx-qdq", "onnxruntime", "CPUExecutionProvider"),
     ("intel-cpu", "openvino-ir", "openvino", "CPU"),

@@ -136,10 +136,13 @@ def test_gate_fails_on_constant_calibration_and_writes_nothing(data, tmp_path):
     proc = run_cli("convert", str(data["cnn"]), "--profile", "jetson-orin", "--profile", "intel-cpu", "--out", str(out),
                    "--calib", str(data["const"]), "--val", str(data["val"]), "--json")
     assert proc.returncode == 7, proc.stderr[-2000:]
-    assert "Accuracy gate failed" in proc.stderr and "SQNR" in proc.stderr and "Traceback" not in proc.stderr
+    assert "Accuracy gate failed" in proc.stderr and "top-1 agreement" in proc.stderr and "Traceback" not in proc.stderr
     report = json.loads(proc.stdout)
     assert not report["ok"] and all(p["gate"] == "failed" and not p["published"] for p in report["profiles"])
-    assert not out.exists()  # nothing half-written, not even the output folder
+    # nothing published, nothing half-written: only the rejected candidates, kept aside for inspection
+    assert sorted(p.name for p in out.iterdir()) == [".rejected"]
+    assert sorted(p.name for p in (out / ".rejected").iterdir()) == ["intel-cpu", "jetson-orin"]
+    assert all(p["rejected"] for p in report["profiles"])
 
 
 def test_gate_passes_on_good_calibration_with_the_same_validation(data, tmp_path):

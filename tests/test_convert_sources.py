@@ -50,8 +50,10 @@ def test_every_profile_passes_the_gate_with_static_int8_artifacts(converted):
         if "openvino-ir" in m.formats and kind != "keras":  # OpenVINO reads these sources itself
             reader = "Core.read_model" if kind in ("onnx", "tflite") else "convert_model"
             assert f"{reader}({BUILDERS[kind][1]})" in route
-        if kind != "onnx":
-            assert m.tools["tf2onnx"] and m.tools["tensorflow"]
+        if kind in ("keras", "savedmodel") or (kind == "tflite" and "onnx-qdq" in m.formats):
+            assert m.tools["tf2onnx"] and m.tools["tensorflow"]  # the static ONNX form came from tf2onnx
+        elif kind == "tflite":
+            assert "tf2onnx" not in m.tools  # no ONNX detour where the target reads TFLite itself
 
 
 def test_artifacts_load_in_the_runtime_and_agree_with_keras(converted):

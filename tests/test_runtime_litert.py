@@ -283,10 +283,11 @@ def test_external_delegate_step_of_a_custom_profile(arts, tmp_path, feeds):
     m["backend_options"] = {"litert": {"delegate_options": {
         "external:/opt/armnn/libarmnnDelegate.so": {"backends": "CpuAcc"}}}}
     (folder / "manifest.json").write_text(json.dumps(m))
+    allow = ["/opt/armnn/libarmnnDelegate.so"]  # the caller allows it (an artifact alone never can)
     with pytest.raises(DelegateUnavailableError, match="libarmnnDelegate.so"):
-        edge_sdk.load(folder, strict=True)
+        edge_sdk.load(folder, strict=True, allow_external_delegates=allow)
     with pytest.warns(FallbackWarning, match="external"):
-        model = edge_sdk.load(folder)
+        model = edge_sdk.load(folder, allow_external_delegates=allow)
     with model:
         assert model.backend == "litert/xnnpack" and model.profile == "my-board"
         np.testing.assert_array_equal(model.infer(feeds[0]).outputs["logits"],

@@ -30,7 +30,8 @@ def benchmark(artifacts: str | Path | Iterable[str | Path], *, runs: int = 100, 
               power: str = "auto", idle_s: float = 0.0, profile: str | None = None,
               image: str | None = None, backend: str | None = None, device: str | None = None,
               fail_if: Iterable[str] = (), sample_interval_s: float = 0.02, verify: bool = True,
-              progress: Progress | None = None) -> BenchReport:
+              progress: Progress | None = None, allow_external_delegates: Iterable[str] | None = None,
+              trusted_keys: Iterable | None = None, crash_guard: bool | None = None) -> BenchReport:
     """Benchmark one or more artifacts on this device.
 
     Args:
@@ -52,6 +53,11 @@ def benchmark(artifacts: str | Path | Iterable[str | Path], *, runs: int = 100, 
         sample_interval_s: Power / memory sampling period.
         verify: Hash-check artifacts when loading.
         progress: Progress callback ``(done, total, seconds, name)``.
+        allow_external_delegates: Delegate libraries a profile chain may load (see ``edge_sdk.load``).
+        trusted_keys: Public keys artifacts must be signed by (see ``edge_sdk.load``).
+        crash_guard: Trial-load each model file in a child process first (see ``edge_sdk.load``;
+            None: on unless turned off by ``EDGE_SDK_CRASH_GUARD=0`` or the config file), so an
+            artifact that crashes the runtime is reported, not the end of the run.
 
     Returns:
         The :class:`BenchReport` (results in argument order; skipped profiles with reasons).
@@ -63,9 +69,14 @@ def benchmark(artifacts: str | Path | Iterable[str | Path], *, runs: int = 100, 
     """
     if isinstance(artifacts, (str, Path)):
         artifacts = [artifacts]
+    from edge_sdk.trust import Policy, check_artifact
+
+    policy = Policy.resolve(allow_external_delegates, trusted_keys)
     cfg = BenchConfig(runs=runs, warmup=warmup, duration_s=duration_s, threads=threads, strict=strict,
                       power=power, idle_s=idle_s, image=image, backend=backend, device=device,
-                      sample_interval_s=sample_interval_s, verify=verify).check()
+                      sample_interval_s=sample_interval_s, verify=verify, crash_guard=crash_guard,
+                      allow_external_delegates=policy.allow_external_delegates,
+                      trusted_keys=policy.trusted_keys).check()
     gates = [parse_gate(g) for g in fail_if]
     if image is not None:
         load_image(image)  # a bad --image fails now, not after the first artifact's measurements
@@ -74,7 +85,8 @@ def benchmark(artifacts: str | Path | Iterable[str | Path], *, runs: int = 100, 
     src, _ = open_source(power)  # validate --power before the first load; reopened per artifact
     if src is not None:
         src.close()
-    targets, skipped = expand(list(artifacts), profile)
+    targets, skipped = expand(list(artifacts), profile,
+                              lambda folder: check_artifact(folder, verify=verify, policy=policy))
     env = environment.collect()
     emulated = env["host"].get("emulation")
     if emulated:  # like a fallback: the numbers are real, but they are not the device's

@@ -12,7 +12,11 @@ JSON schema (``schema_version`` 1), stable for CI scripts that read it::
                   "power": {"source","available","reason","avg_w","energy_per_inference_mj",
                             "idle_w","samples",...},
                   "samples_ms": [...], "samples_stride": 1}],
-     "skipped": [{"name", "path", "reason"}], "gates": {"checked": [...], "failed": [...]}}
+     "skipped": [{"name", "path", "reason", "refused"}], "gates": {"checked": [...], "failed": [...]}}
+
+``refused: true`` marks a profile folder that failed its checks (corrupt, tampered, unsigned),
+as opposed to one skipped because this host is not its device. The power block counts readings
+it discarded as impossible (negative or not finite) in ``discarded_readings``.
 """
 
 from __future__ import annotations
@@ -71,7 +75,7 @@ class BenchReport:
 
     results: list[BenchResult]
     environment: dict[str, Any]
-    skipped: list[dict[str, str]] = field(default_factory=list)
+    skipped: list[dict] = field(default_factory=list)
     gates_checked: list[str] = field(default_factory=list)
     gates_failed: list[str] = field(default_factory=list)
     created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
@@ -183,8 +187,11 @@ def to_markdown(report: BenchReport) -> str:
         lines += ["", f"Runs: {runs}."]
         if len(results) > 1:
             lines.append(f"Ratios (×) are against the first column ({results[0]['name']}).")
+    for r in results:
+        if r["power"].get("warning_discarded"):
+            lines.append(f"- power, {r['name']}: {r['power']['warning_discarded']}")
     for s in report.skipped:
-        lines.append(f"- skipped {s['name']}: {s['reason']}")
+        lines.append(f"- {'REFUSED' if s.get('refused') else 'skipped'} {s['name']}: {s['reason']}")
     for f in report.gates_failed:
         lines.append(f"- **gate failed**: {f}")
     return "\n".join(lines)

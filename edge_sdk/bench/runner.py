@@ -21,7 +21,6 @@ from typing import Any, Callable
 import numpy as np
 
 from edge_sdk.errors import InputValidationError
-from edge_sdk.manifest import read_manifest
 from edge_sdk.power import PowerMonitor
 from edge_sdk.power.sampler import Sampler
 
@@ -54,6 +53,9 @@ class BenchConfig:
         sample_interval_s: Power and memory sampling period.
         seed: Seed of the random input feed.
         verify: Hash-check the artifact when loading.
+        crash_guard: Trial-load the model in a child process first (None: the default of ``load``).
+        allow_external_delegates: Delegate libraries a chain may load (passed to ``load``).
+        trusted_keys: Keys the manifest must be signed by (passed to ``load``).
     """
 
     runs: int = 100
@@ -69,6 +71,9 @@ class BenchConfig:
     sample_interval_s: float = 0.02
     seed: int = 0
     verify: bool = True
+    crash_guard: bool | None = None
+    allow_external_delegates: tuple[str, ...] = ()
+    trusted_keys: tuple = ()
 
     def check(self) -> "BenchConfig":
         """Raises InputValidationError naming the first bad option."""
@@ -184,7 +189,6 @@ def run_one(target: Target, cfg: BenchConfig, progress: Progress | None = None) 
     """
     from edge_sdk import load
 
-    manifest = read_manifest(target.path, verify=False)  # the facade verifies hashes itself
     preferred = list(target.profile.power.sensors) if target.profile else []
     monitor = PowerMonitor(cfg.power, preferred, cfg.sample_interval_s)
     mem = Sampler(lambda: rss_mb() or 0.0, cfg.sample_interval_s, "edge-sdk-rss")
@@ -193,10 +197,11 @@ def run_one(target: Target, cfg: BenchConfig, progress: Progress | None = None) 
         mem.start()
         t = time.perf_counter_ns()
         model = load(target.path, profile=target.load_profile, backend=cfg.backend, device=cfg.device,
-                     strict=cfg.strict, num_threads=cfg.threads, verify=cfg.verify)
+                     strict=cfg.strict, num_threads=cfg.threads, verify=cfg.verify, crash_guard=cfg.crash_guard,
+                     allow_external_delegates=list(cfg.allow_external_delegates), trusted_keys=list(cfg.trusted_keys))
         load_ms = (time.perf_counter_ns() - t) / 1e6
         try:
-            result = _measure(model, target, cfg, manifest, monitor, mem, load_ms, progress)
+            result = _measure(model, target, cfg, model.manifest, monitor, mem, load_ms, progress)
             # Without the reset, VmHWM is the whole process's peak (earlier artifacts included).
             result.runtime["peak_rss_scope"] = "this artifact" if peak_reset else "process lifetime"
             return result

@@ -10,14 +10,13 @@ and the others are reported as skipped with the reason, because numbers from a f
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from edge_sdk import hostinfo
-from edge_sdk.errors import DelegateUnavailableError, InputValidationError, ModelLoadError, ProfileError
+from edge_sdk.errors import DelegateUnavailableError, EdgeSDKError, InputValidationError, ModelLoadError, ProfileError
 from edge_sdk.manifest import MANIFEST_NAME, find_profile_folders, is_artifact_folder
-from edge_sdk.profiles import Profile, parse_profile, resolve_profile
+from edge_sdk.profiles import Profile, resolve_profile
 
 
 @dataclass(frozen=True)
@@ -33,28 +32,37 @@ class Target:
 
 @dataclass(frozen=True)
 class Skipped:
+    """A profile folder not benchmarked: not this device (``refused`` False), or failed its checks."""
+
     name: str
     path: str
     reason: str
+    refused: bool = False
 
-    def to_dict(self) -> dict[str, str]:
-        return {"name": self.name, "path": self.path, "reason": self.reason}
+    def to_dict(self) -> dict:
+        return {"name": self.name, "path": self.path, "reason": self.reason, "refused": self.refused}
 
 
-def manifest_profile(folder: Path) -> Profile | None:
-    """The profile an artifact was converted for: the built-in one by name, else the embedded spec."""
+def manifest_profile(folder: Path, check=None) -> Profile | None:
+    """The profile an artifact was converted for: the built-in one by name, else the embedded spec.
+
+    Args:
+        folder: The artifact folder.
+        check: The trust check (``folder -> CheckedArtifact``); default: the checks ``load`` runs
+            with the user config file's policy.
+
+    Raises:
+        EdgeSDKError: the artifact fails its checks (corrupt, tampered, unsigned ...).
+    """
+    if check is None:
+        from edge_sdk.trust import check_artifact
+
+        check = check_artifact
+    checked = check(folder)
     try:
-        ref = json.loads((folder / MANIFEST_NAME).read_text())["profile"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    try:
-        return resolve_profile(str(ref.get("name", "")))
+        return resolve_profile(checked.manifest.profile.name)
     except ProfileError:
-        pass
-    try:
-        return parse_profile(dict(ref.get("spec") or {}), f"{folder / MANIFEST_NAME}: profile.spec")
-    except ProfileError:
-        return None
+        return checked.profile
 
 
 def native_reason(profile: Profile) -> str | None:
@@ -77,18 +85,23 @@ def native_reason(profile: Profile) -> str | None:
     return "nothing in its runtime chain runs here (" + "; ".join(reasons) + ")"
 
 
-def expand(paths: list[str | Path], profile: str | None = None) -> tuple[list[Target], list[Skipped]]:
+def expand(paths: list[str | Path], profile: str | None = None, check=None) -> tuple[list[Target], list[Skipped]]:
     """Turn ARTIFACT arguments into targets and skips.
+
+    Every profile folder of a ``convert`` output folder passes the trust check (``check``, the
+    one ``load`` runs) before its chain is probed; one that fails is skipped as *refused*, with
+    the reason (a corrupt or tampered folder is named as such, not as "not this device").
 
     Args:
         paths: Artifact folders or ``convert`` output folders.
         profile: Pick this profile from ``convert`` output folders (name, alias or .toml).
+        check: ``folder -> CheckedArtifact`` (default: :func:`edge_sdk.trust.check_artifact`).
 
     Returns:
-        (targets to run, skipped profiles with reasons).
+        (targets to run, skipped profiles with reasons; refused ones have ``refused`` set).
 
     Raises:
-        ModelLoadError: a path is neither kind of folder.
+        ModelLoadError: a path is neither kind of folder, or an artifact folder given directly fails its check.
         InputValidationError: ``profile`` is not in a ``convert`` output folder.
         DelegateUnavailableError: nothing at all can run natively here.
     """
@@ -100,7 +113,7 @@ def expand(paths: list[str | Path], profile: str | None = None) -> tuple[list[Ta
     for raw in paths:
         path = Path(raw)
         if is_artifact_folder(path):
-            targets.append(Target(path.name, path, wanted or manifest_profile(path), profile))
+            targets.append(Target(path.name, path, wanted or manifest_profile(path, check), profile))
             continue
         folders = find_profile_folders(path)
         if not folders:
@@ -116,8 +129,12 @@ def expand(paths: list[str | Path], profile: str | None = None) -> tuple[list[Ta
             targets.append(Target(f"{path.name}/{wanted.name}", hit, wanted))
             continue
         for name, folder in folders.items():
-            prof = manifest_profile(folder)
-            why = "its profile is unknown and its manifest embeds no valid spec" if prof is None else native_reason(prof)
+            try:
+                prof = manifest_profile(folder, check)
+            except EdgeSDKError as exc:
+                skipped.append(Skipped(f"{path.name}/{name}", str(folder), f"refused: {exc.message}", refused=True))
+                continue
+            why = native_reason(prof)
             if why is None:
                 targets.append(Target(f"{path.name}/{name}", folder, prof))
             else:

@@ -9,6 +9,7 @@ and why: a missing measurement is never reported as zero watts.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from edge_sdk.errors import InputValidationError
@@ -75,6 +76,15 @@ def open_source(spec: str = "auto", preferred: list[str] | tuple[str, ...] = ())
     return None, "no power sensor readable here (" + "; ".join(reasons) + ")"
 
 
+def plausible(value: Any) -> bool:
+    """A reading a sensor can really give: watts, or energy counters, finite and not negative."""
+    values = value if isinstance(value, (list, tuple)) else [value]
+    try:
+        return all(math.isfinite(float(v)) and float(v) >= 0.0 for v in values) and bool(values)
+    except (TypeError, ValueError):
+        return False
+
+
 class PowerMonitor:
     """One power source sampled on a thread, reduced to the report's ``power`` block.
 
@@ -88,6 +98,7 @@ class PowerMonitor:
         self.source, self.reason = open_source(spec, preferred)
         self.interval_s = interval_s
         self.idle_w: float | None = None
+        self.idle_discarded = 0
         self._sampler: Sampler | None = None
 
     @property
@@ -106,7 +117,7 @@ class PowerMonitor:
             return None
         import time
 
-        sampler = Sampler(self.source.read, self.interval_s, "edge-sdk-idle").start()  # type: ignore[union-attr]
+        sampler = Sampler(self.source.read, self.interval_s, "edge-sdk-idle", plausible).start()  # type: ignore[union-attr]
         try:
             t0 = sampler.mark()
             time.sleep(seconds)
@@ -116,14 +127,20 @@ class PowerMonitor:
         if sampler.error:
             self.reason = f"idle baseline failed: {sampler.error}"
             return None
-        self.idle_w = self._window(sampler, t0, t1).avg_w
+        self.idle_discarded = sampler.discarded
+        try:
+            self.idle_w = self._window(sampler, t0, t1).avg_w
+        except ValueError:  # fewer than two plausible readings
+            self.reason = f"idle baseline failed: {sampler.discarded} reading(s) were negative or not finite"
+            return None
         return self.idle_w
 
     def start(self) -> None:
         """Start sampling (call before the timed loop, then :meth:`mark` at its ends)."""
         if self.available:
             try:
-                self._sampler = Sampler(self.source.read, self.interval_s, "edge-sdk-power").start()  # type: ignore[union-attr]
+                self._sampler = Sampler(self.source.read, self.interval_s, "edge-sdk-power",  # type: ignore[union-attr]
+                                        plausible).start()
             except Exception as exc:  # noqa: BLE001 - a sensor that fails now is reported, not fatal
                 self.reason = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
                 self.source = None
@@ -154,13 +171,19 @@ class PowerMonitor:
         sampler = self._sampler
         if sampler is None or start is None or end is None:
             return block
+        discarded = sampler.discarded + self.idle_discarded
+        block["discarded_readings"] = discarded
+        if discarded:
+            block["warning_discarded"] = (f"{discarded} reading(s) were negative or not finite and were discarded "
+                                          f"(source: {self.source.description if self.source else '?'})")
         if sampler.error:
             block["reason"] = f"sampling failed: {sampler.error}"
             return block
         try:
             win = self._window(sampler, start, end)
         except ValueError as exc:
-            block["reason"] = f"cannot integrate energy: {exc}"
+            block["reason"] = (f"no plausible readings: {discarded} were negative or not finite" if discarded
+                               and len(sampler.samples) < 2 else f"cannot integrate energy: {exc}")
             return block
         block.update(available=True, reason=None, avg_w=win.avg_w, energy_j=win.joules, samples=win.samples,
                      energy_per_inference_mj=win.joules * 1000.0 / max(inferences, 1),

@@ -25,14 +25,19 @@ class Sampler:
         read: Returns one reading; exceptions stop sampling and are kept in :attr:`error`.
         interval_s: Sampling period (the thread sleeps to the next tick, so there is no drift).
         name: Thread name, for debugging.
+        accept: Returns False for an impossible reading (a meter printing -5 W, NaN), which is
+            then not kept but counted in :attr:`discarded`.
     """
 
-    def __init__(self, read: Callable[[], Any], interval_s: float = 0.02, name: str = "edge-sdk-sampler"):
+    def __init__(self, read: Callable[[], Any], interval_s: float = 0.02, name: str = "edge-sdk-sampler",
+                 accept: Callable[[Any], bool] | None = None):
         if interval_s <= 0:
             raise ValueError("interval_s must be > 0")
         self._read = read
+        self._accept = accept
         self.interval_s = interval_s
         self.samples: list[tuple[float, Any]] = []
+        self.discarded = 0
         self.error: str | None = None
         self._lock = threading.Lock()  # sources are not required to be thread safe
         self._stop = threading.Event()
@@ -42,7 +47,10 @@ class Sampler:
         with self._lock:
             value = self._read()
             t = time.perf_counter()
-            self.samples.append((t, value))
+            if self._accept is None or self._accept(value):
+                self.samples.append((t, value))
+            else:
+                self.discarded += 1
         return t
 
     def _run(self) -> None:

@@ -1,0 +1,151 @@
+"""The accuracy gate: judge each int8 artifact against the float source, output by output, by kind.
+
+The float side runs the *source* (:mod:`.reference`); the int8 side runs through the public
+runtime facade, exactly as a user would load the artifact. Each output is judged by the
+metrics of its kind (:mod:`.kinds` infers the kinds, :mod:`.metrics` measures and judges);
+an optional user task metric (``--metric``) adds its own figures and verdict.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from edge_sdk.errors import ConversionError
+from edge_sdk.outputs import OutputKind
+from edge_sdk.profiles import AccuracySpec, Profile, RuntimeStep
+from edge_sdk import typed
+
+from ..base import Feed
+from .kinds import infer_kinds, kinds_table
+from .metrics import evaluate_output, one_line
+from .reference import REFERENCES, FloatReference, float_outputs
+
+#: The runtime step used for the gate per format: one that runs on a workstation CPU.
+CPU_ACCELERATORS = {"onnxruntime": "CPUExecutionProvider", "openvino": "CPU", "litert": "xnnpack"}
+
+
+def gate_step(profile: Profile, fmt: str) -> RuntimeStep:
+    """The CPU-capable step of ``fmt`` in the profile's chain (the gate runs here, on a workstation).
+
+    Raises:
+        ConversionError: the chain has no CPU step for that format.
+    """
+    for step in profile.runtime.chain:
+        if step.format == fmt and CPU_ACCELERATORS.get(step.backend) == step.accelerator:
+            return step
+    for backend, accel in CPU_ACCELERATORS.items():
+        if any(s.format == fmt and s.backend == backend for s in profile.runtime.chain):
+            return RuntimeStep(backend=backend, accelerator=accel, format=fmt, native=False)  # type: ignore[arg-type]
+    raise ConversionError(f"Profile '{profile.name}' has no CPU runtime for format '{fmt}' to check accuracy with.",
+                          "Add a CPU step (onnxruntime/CPUExecutionProvider, openvino/CPU or litert/xnnpack) to its runtime.chain.")
+
+
+def artifact_outputs(folder: Path, step: RuntimeStep, holdout: list[Feed]) -> tuple[list[dict[str, np.ndarray]], dict]:
+    """Run the artifact in ``folder`` through the runtime facade on every hold-out feed.
+
+    Returns:
+        (outputs per feed, the facade's description of what ran).
+    """
+    from edge_sdk.runtimes.facade import load
+
+    model = load(folder, backend=step.backend, device=step.accelerator, strict=False, allow_unpublished=True)
+    try:
+        outs = [{k: np.asarray(v) for k, v in model.infer(feed).outputs.items()} for feed in holdout]
+        return outs, model.describe()
+    finally:
+        model.close()
+
+
+def match_outputs(ref: dict[str, np.ndarray], test: dict[str, np.ndarray]) -> dict[str, str]:
+    """Map artifact output names to float output names: by name, else by position if counts agree.
+
+    Raises:
+        ConversionError: the outputs cannot be matched.
+    """
+    if set(ref) == set(test):
+        return {k: k for k in test}
+    if len(ref) == len(test):
+        return dict(zip(test, ref))
+    raise ConversionError(f"The artifact's outputs {sorted(test)} do not match the float model's {sorted(ref)}.")
+
+
+def _link_masks(kinds: dict[str, OutputKind], shapes: dict[str, list[int]]) -> dict[str, str]:
+    """Regression output -> the scores output whose confident positions it is judged at."""
+    links = {}
+    scored = [n for n, k in kinds.items() if k.kind in ("scores", "logits")]
+    for name, kind in kinds.items():
+        if kind.kind in ("boxes", "landmarks", "regression"):
+            s = shapes[name]
+            match = [n for n in scored if len(shapes[n]) == len(s) and shapes[n][:-1] == s[:-1]]
+            if match:
+                links[name] = match[0]
+    return links
+
+
+def compare(reference: list[dict[str, np.ndarray]], test: list[dict[str, np.ndarray]], kinds: dict[str, OutputKind],
+            spec: AccuracySpec) -> dict[str, dict[str, Any]]:
+    """Per-output verdicts of ``test`` against ``reference`` (artifact output names as keys).
+
+    Raises:
+        ConversionError: outputs that cannot be matched or differ in shape.
+    """
+    names = match_outputs(reference[0], test[0])
+    shapes = {f: list(np.asarray(reference[0][f]).shape) for f in names.values()}
+    kinds = {f: kinds.get(f) or OutputKind() for f in names.values()}
+    links = _link_masks(kinds, shapes)
+    order = sorted(names.items(), key=lambda tf: tf[1] in links)  # scores first: they give the masks
+    results: dict[str, dict[str, Any]] = {}
+    masks: dict[str, Any] = {}
+    for t, f in order:
+        try:
+            m = evaluate_output([r[f] for r in reference], [x[t] for x in test], kinds[f], spec, masks.get(links.get(f, "")))
+        except ValueError as exc:
+            raise ConversionError(f"Output '{t}': {exc}") from None
+        masks[f] = m.pop("_mask", None)
+        if f in links:
+            m["judged_at"] = f"positions where '{links[f]}' is confident"
+        results[t] = m
+    return {t: results[t] for t in names}
+
+
+def evaluate(folder: Path, step: RuntimeStep, holdout: list[Feed], reference: list[dict[str, np.ndarray]],
+             spec: AccuracySpec, kinds: dict[str, OutputKind] | None = None,
+             task_metric: Callable | None = None) -> dict[str, Any]:
+    """Run the artifact in ``folder``, compare with the float reference, judge against ``spec``.
+
+    Returns:
+        ``{"backend", "device", "native", "outputs": {name: metrics}, "failures", "passed", "ran", "task"?}``.
+    """
+    test, ran = artifact_outputs(folder, step, holdout)
+    outputs = compare(reference, test, kinds or {}, spec)
+    fails = [f"{name}: {f}" for name, m in outputs.items() for f in m["failures"]]
+    report: dict[str, Any] = {"backend": step.backend, "device": step.accelerator, "native": step.native,
+                              "outputs": outputs, "failures": fails,
+                              "ran": {k: ran.get(k) for k in ("backend", "delegate", "fallback", "details")}}
+    if task_metric is not None:
+        from .task import run_task_metric
+
+        report["task"] = run_task_metric(task_metric, reference, test, holdout)
+        if not report["task"]["passed"]:
+            fails.append(f"task metric: {report['task'].get('reason') or 'failed'}")
+    report["passed"] = not fails
+    return report
+
+
+def thresholds(spec: AccuracySpec) -> dict[str, Any]:
+    """The thresholds the gate applied (recorded in the manifest)."""
+    d = typed.to_dict(spec)
+    d.pop("holdout_fraction", None)
+    return d
+
+
+def format_metrics(outputs: dict[str, dict[str, Any]]) -> str:
+    """One line per output with the figures that judge it (CLI and error messages)."""
+    return "; ".join(one_line(name, m) for name, m in outputs.items())
+
+
+__all__ = ["CPU_ACCELERATORS", "FloatReference", "REFERENCES", "artifact_outputs", "compare", "evaluate",
+           "float_outputs", "format_metrics", "gate_step", "infer_kinds", "kinds_table", "match_outputs", "thresholds"]

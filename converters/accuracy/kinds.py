@@ -1,0 +1,245 @@
+"""Infer what each output means, once per conversion: declared, else the graph, else the values.
+
+Order of evidence, strongest first:
+
+1. **Declared** by the user (``--output NAME:KIND[:options]``): taken as is (checked to fit).
+2. **The graph's tail**: a Softmax (class scores; per-step scores ``[.., T, C]`` are a sequence),
+   a Sigmoid (scores; a spatial map is a mask or heatmap), a Concat whose inputs end in an
+   activation for some and not for others (a packed head, split into channel groups), an L2
+   normalisation (an embedding).
+3. **Values seen on the float model** over the held-back samples: probabilities that sum to one;
+   one value per anchor far outside [0, 1] (raw logits, e.g. BlazeFace's -60 background); a
+   channel axis whose leading channels are coordinates and whose trailing ones stay in [0, 1]
+   (a packed detector head); spatial maps; mostly positive vectors of x,y(,z) (landmarks) vs
+   signed vectors (embeddings); per-anchor regressions beside per-anchor scores (boxes).
+4. Otherwise ``tensor``: whole-tensor cosine and SQNR.
+
+The reason is recorded with the kind, so a user who disagrees sees why and can declare it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from edge_sdk.manifest import TensorSpec
+from edge_sdk.outputs import OutputGroup, OutputKind, check_fits
+
+from ..graph import GraphView
+
+#: Longest per-step axis read as a sequence (CTC time steps); longer ones are anchor lists.
+MAX_SEQUENCE_STEPS = 400
+#: Fewest positions for a per-position output (anchors, pixels) to count as dense.
+MIN_POSITIONS = 16
+_ACTIVATIONS = {"Sigmoid", "HardSigmoid", "Softmax", "LogSoftmax"}
+
+
+def _in01(x: np.ndarray) -> bool:
+    return bool(x.size) and float(x.min()) >= -1e-6 and float(x.max()) <= 1 + 1e-6
+
+
+def _map_axis(shape: list[int]) -> int | None:
+    """Channel axis of a spatial map ``[N, C, H, W]`` / ``[N, H, W, C]`` (None if not a map)."""
+    if len(shape) == 4:
+        if shape[2] >= 8 and shape[3] >= 8 and shape[1] <= 64:
+            return 1
+        if shape[1] >= 8 and shape[2] >= 8 and shape[3] <= 64:
+            return 3
+    return None
+
+
+def _map_kind(shape: list[int], channel_axis: int, reason: str, source: str, activation: str = "none") -> OutputKind:
+    channels = shape[channel_axis]
+    return OutputKind("mask" if channels <= 2 else "heatmap", axis=channel_axis, activation=activation,  # type: ignore[arg-type]
+                      source=source, reason=reason)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- graph evidence
+def from_graph(graph: GraphView, name: str, shape: list[int]) -> OutputKind | None:
+    """The kind the op at the output's tail says, or None."""
+    direct = graph.tail(name, through={"Identity", "Cast"})
+    node = graph.tail(name)
+    if node is None:
+        return None
+    rank = len(shape)
+    reshaped = direct is not node  # a Reshape/Transpose sits between the op and the output
+    if node.op in ("Softmax", "LogSoftmax"):
+        axis = int(node.attrs.get("axis", -1))
+        if reshaped:
+            axis = -1  # after a reshape only the last axis is known to survive
+        axis = axis % rank if rank else 0
+        if rank >= 3 and axis == rank - 1 and 4 <= shape[-2] <= MAX_SEQUENCE_STEPS and shape[-1] >= 2:
+            return OutputKind("sequence", axis=axis - rank, source="graph",
+                              reason=f"{node.native or node.op} over the last axis of [.., T={shape[-2]}, C={shape[-1]}]")
+        return OutputKind("scores", axis=axis - rank, source="graph", reason=f"{node.native or node.op} at the tail")
+    if node.op in ("Sigmoid", "HardSigmoid"):
+        ax = _map_axis(shape)
+        if ax is not None:
+            return _map_kind(shape, ax, f"{node.native or node.op} over a spatial map", "graph")
+        return OutputKind("scores", axis=-1, source="graph", reason=f"{node.native or node.op} at the tail")
+    if node.op == "LpNormalization":
+        return OutputKind("embedding", source="graph", reason="L2 normalisation at the tail")
+    if node.op == "Concat" and not reshaped and rank:
+        return _packed_from_concat(graph, node, shape)
+    return None
+
+
+def _packed_from_concat(graph: GraphView, node, shape: list[int]) -> OutputKind | None:
+    rank = len(shape)
+    axis = int(node.attrs.get("axis", 0)) % rank
+    parts = []
+    for t in node.inputs:
+        s = graph.shapes.get(t)
+        if not s or len(s) != rank or s[axis] < 1:
+            return None
+        tail = graph.tail(t)
+        parts.append(("scores" if tail is not None and tail.op in _ACTIVATIONS else "regression", s[axis]))
+    if sum(n for _, n in parts) != shape[axis] or len({k for k, _ in parts}) < 2:
+        return None
+    groups: list[OutputGroup] = []
+    start = 0
+    for kind, n in parts:
+        if groups and groups[-1].kind == kind:
+            groups[-1].stop += n
+        else:
+            groups.append(OutputGroup(kind, start, start + n, kind))  # type: ignore[arg-type]
+        start += n
+    _name_groups(groups)
+    return OutputKind("packed", axis=axis - rank, groups=groups, source="graph",
+                      reason="Concat of an activated branch (scores) and a plain one (coordinates)")
+
+
+def _name_groups(groups: list[OutputGroup]) -> None:
+    seen: dict[str, int] = {}
+    for g in groups:
+        base = "boxes" if g.kind == "regression" and g.stop - g.start == 4 and "boxes" not in seen else g.kind
+        if base == "boxes":
+            g.kind = "boxes"
+        seen[base] = seen.get(base, 0) + 1
+        g.name = base if seen[base] == 1 else f"{base}{seen[base]}"
+
+
+# ----------------------------------------------------------------------------- value evidence
+def _packed_from_values(r: np.ndarray, shape: list[int]) -> OutputKind | None:
+    """Leading channels outside [0, 1] and trailing channels inside it, along a channel axis."""
+    rank = len(shape)
+    for axis in range(1, rank):
+        c = shape[axis]
+        positions = int(np.prod(shape[1:])) // c
+        if c < 3 or positions < MIN_POSITIONS or c > positions:
+            continue
+        moved = np.moveaxis(r, axis + 1, -1).reshape(-1, c)
+        lo, hi = moved.min(0), moved.max(0)
+        in01 = (lo >= -1e-6) & (hi <= 1 + 1e-6)
+        k = int(np.argmax(in01)) if in01.any() else c
+        if 2 <= k < c and in01[k:].all() and not in01[:k].any() and float(np.abs(moved[:, :k]).max()) > 1.5:
+            groups = [OutputGroup("regression", 0, k, "regression"), OutputGroup("scores", k, c, "scores")]
+            _name_groups(groups)
+            return OutputKind("packed", axis=axis - rank, groups=groups, source="values",
+                              reason=f"channels 0:{k} range beyond [0, 1] (coordinates), {k}:{c} stay in [0, 1] (scores)")
+    return None
+
+
+def from_values(r: np.ndarray, shape: list[int]) -> OutputKind | None:
+    """The kind the float values suggest (``r``: ``[samples, *shape]``), or None."""
+    if not r.size or not np.issubdtype(r.dtype, np.floating):
+        return None
+    rank = len(shape)
+    in01 = _in01(r)
+    ax = _map_axis(shape)
+    if ax is not None:
+        return _map_kind(shape, ax, "a spatial map with values in [0, 1]" if in01 else "a spatial map", "values")
+    packed = _packed_from_values(r, shape)
+    if packed is not None:
+        return packed
+    if rank >= 2 and in01 and np.allclose(r.sum(axis=-1), 1.0, atol=1e-3):
+        if rank >= 3 and 4 <= shape[-2] <= MAX_SEQUENCE_STEPS:
+            return OutputKind("sequence", axis=-1, source="values", reason="per-step probabilities summing to 1")
+        return OutputKind("scores", axis=-1, source="values", reason="probabilities summing to 1 along the last axis")
+    last = shape[-1] if rank else 1
+    positions = int(np.prod(shape[1:-1])) if rank >= 2 else 1
+    if last == 1 and positions >= MIN_POSITIONS:
+        if in01:
+            return OutputKind("scores", axis=-1, source="values", reason="one probability per position")
+        return OutputKind("logits", axis=-1, activation="sigmoid", source="values",
+                          reason=f"one value per position, range {float(r.min()):.3g}..{float(r.max()):.3g}: raw logits")
+    if positions == 1 or rank <= 1:
+        if last <= 4:
+            if in01:
+                return OutputKind("scores", axis=-1, source="values", reason="a few values in [0, 1]")
+            if last == 1:
+                return OutputKind("logits", axis=-1, activation="sigmoid", source="values",
+                                  reason="one unbounded value per sample: read as a logit")
+            return None
+        positive = float(np.mean(r > 0))
+        if positive >= 0.85 and (last % 3 == 0 or last % 2 == 0):
+            return OutputKind("landmarks", source="values", reason=f"{last} values, {positive:.0%} positive: coordinates")
+        return OutputKind("embedding", source="values", reason=f"a signed {last}-value vector")
+    if rank >= 3 and positions >= MIN_POSITIONS and last >= 2:
+        return OutputKind("regression", source="values", reason=f"{last} values per position (e.g. box/keypoint offsets)")
+    return None
+
+
+def infer_blank(r: np.ndarray, kind: OutputKind) -> int | None:
+    """CTC blank of a sequence: the class the float model's greedy path is mostly made of."""
+    path = np.argmax(r, axis=kind.axis)
+    values, counts = np.unique(path, return_counts=True)
+    best = int(np.argmax(counts))
+    return int(values[best]) if counts[best] >= 0.3 * path.size else None
+
+
+def _boxes_beside_scores(kinds: dict[str, OutputKind], shapes: dict[str, list[int]]) -> None:
+    """A per-position regression beside per-position scores with the same positions: boxes."""
+    scored = [shapes[n] for n, k in kinds.items() if k.kind in ("scores", "logits")]
+    for name, kind in kinds.items():
+        if kind.kind == "regression" and kind.source != "declared":
+            s = shapes[name]
+            if any(len(o) == len(s) and o[:-1] == s[:-1] for o in scored):
+                kind.kind = "boxes"
+                kind.reason += "; beside per-position scores: judged where the scores are confident"
+
+
+def infer_kinds(outputs: list[TensorSpec], reference: list[dict[str, np.ndarray]], graph: GraphView | None,
+                declared: dict[str, OutputKind] | None = None) -> dict[str, OutputKind]:
+    """The kind of every output, with how it was decided.
+
+    Args:
+        outputs: The source's outputs (static shapes).
+        reference: Float outputs on the held-back samples.
+        graph: The float graph (ONNX or TFLite) or None.
+        declared: User declarations by output name.
+
+    Raises:
+        InputValidationError: a declaration names no output, or does not fit its shape.
+    """
+    from edge_sdk.errors import InputValidationError
+
+    declared = dict(declared or {})
+    names = [o.name for o in outputs]
+    unknown = sorted(set(declared) - set(names))
+    if unknown:
+        raise InputValidationError(f"--output names {unknown}, which the model does not have.",
+                                   f"Outputs: {', '.join(names)}")
+    kinds: dict[str, OutputKind] = {}
+    shapes: dict[str, list[int]] = {}
+    for spec in outputs:
+        r = np.stack([np.asarray(ref[spec.name]) for ref in reference]) if reference else np.zeros((0,))
+        shape = list(r.shape[1:]) if r.ndim > 1 else list(spec.shape)
+        shapes[spec.name] = shape
+        kind = declared.get(spec.name)
+        if kind is None and graph is not None:
+            kind = from_graph(graph, spec.name, shape)
+        if kind is None and r.size:
+            kind = from_values(r, shape)
+        kind = kind or OutputKind("tensor", source="default", reason="no evidence of a kind: whole-tensor metrics")
+        check_fits(spec.name, kind, shape)
+        if kind.kind == "sequence" and kind.blank is None and kind.source != "declared" and r.size:
+            kind.blank = infer_blank(r, kind)
+        kinds[spec.name] = kind
+    _boxes_beside_scores(kinds, shapes)
+    return kinds
+
+
+def kinds_table(kinds: dict[str, OutputKind]) -> list[dict[str, Any]]:
+    return [{"output": n, "kind": k.label(), "source": k.source, "reason": k.reason} for n, k in kinds.items()]

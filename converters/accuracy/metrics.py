@@ -1,0 +1,289 @@
+"""Metrics that fit the kind of each output, and the verdict against the profile's thresholds.
+
+Every output gets the whole-tensor figures (cosine, SQNR, max abs error) for the record, but is
+*judged* by the metrics of its kind (:mod:`edge_sdk.outputs`): top-1 and score error where the
+float model is confident, and F1 of the positives, for class scores (after the activation for
+logits); error relative to the float dynamic range for boxes, landmarks and regressions (only at
+the positions a detector's scores call confident, when it has such a companion); IoU of the
+thresholded maps for heatmaps and masks; cosine per sample for embeddings; step and whole
+sequence agreement for sequences. A packed output is judged group by group and the worst group
+reported. A group that quantization collapsed (almost no distinct values, or no range left)
+fails on its own, whatever else it scores.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from edge_sdk.outputs import MAP_KINDS, REGRESSION_KINDS, OutputKind, activate, ctc_collapse
+from edge_sdk.profiles import AccuracySpec
+
+#: Above this many distinct float values, an int8 group with at most 2 values has collapsed.
+COLLAPSE_MIN_DISTINCT = 16
+#: An int8 group whose range is below this fraction of the float range has collapsed.
+COLLAPSE_MIN_RANGE = 0.02
+
+
+def _r(x: float, nd: int = 6) -> float | str:
+    """JSON-safe, rounded to ``nd`` significant digits (infinities as strings)."""
+    x = float(x)
+    if not math.isfinite(x):
+        return "inf" if x > 0 else ("-inf" if x < 0 else "nan")
+    return float(f"{x:.{nd}g}")
+
+
+def whole_tensor(r: np.ndarray, t: np.ndarray) -> dict[str, Any]:
+    """Cosine, SQNR (dB) and max abs error over all values (for the record; judges ``tensor``)."""
+    r, t = r.ravel(), t.ravel()
+    noise = float(np.sum((r - t) ** 2))
+    signal = float(np.sum(r ** 2))
+    denom = float(np.linalg.norm(r) * np.linalg.norm(t))
+    cosine = float(np.dot(r, t) / denom) if denom > 0 else (1.0 if noise == 0 else 0.0)
+    sqnr = math.inf if noise == 0 else (10.0 * math.log10(signal / noise) if signal > 0 else -math.inf)
+    return {"cosine": _r(cosine), "sqnr_db": _r(sqnr, 5), "max_abs_err": _r(float(np.max(np.abs(r - t))) if r.size else 0.0, 8)}
+
+
+def collapse(r: np.ndarray, t: np.ndarray) -> str:
+    """Why the int8 values collapsed ('' if they did not)."""
+    sample = slice(None, None, max(1, r.size // 200_000))
+    rd = np.unique(r.ravel()[sample]).size
+    td = np.unique(t.ravel()[sample]).size
+    if rd >= COLLAPSE_MIN_DISTINCT and td <= 2:
+        return f"collapsed to {td} distinct value(s) where the float model has {rd}+"
+    r_span, t_span = float(np.ptp(r)), float(np.ptp(t))
+    if r_span > 0 and t_span < COLLAPSE_MIN_RANGE * r_span:
+        return f"collapsed: int8 range {t_span:.3g} vs float {r_span:.3g}"
+    return ""
+
+
+def _classes_last(x: np.ndarray, axis: int) -> np.ndarray:
+    """``[S, ...]`` with class axis ``axis`` (of one sample) -> ``[positions, C]``."""
+    moved = np.moveaxis(x, axis + 1 if axis >= 0 else axis, -1)
+    return moved.reshape(-1, moved.shape[-1])
+
+
+def _f1(a: np.ndarray, b: np.ndarray) -> float:
+    tp = float(np.sum(a & b))
+    denom = float(np.sum(a) + np.sum(b))
+    return 1.0 if denom == 0 else 2.0 * tp / denom
+
+
+def scores_metrics(r: np.ndarray, t: np.ndarray, axis: int, activation: str, spec: AccuracySpec,
+                   samples: int) -> tuple[dict[str, Any], list[str], np.ndarray]:
+    """Class scores: returns (figures, failures, confident-position mask)."""
+    g = spec.scores
+    ax = axis + 1 if axis >= 0 else axis
+    p, q = _classes_last(activate(r, activation, ax), axis), _classes_last(activate(t, activation, ax), axis)
+    positions, classes = p.shape
+    dense = positions > samples
+    best = p.max(axis=1)
+    confident = best >= g.confidence if dense else np.ones(positions, bool)
+    out: dict[str, Any] = {"positions": positions // max(samples, 1), "classes": classes,
+                           "confident_positions": int(confident.sum())}
+    fails: list[str] = []
+    if confident.any():
+        top = p[confident].argmax(axis=1)
+        err = np.abs(p[confident, top] - q[confident, top])
+        out["score_error"] = _r(float(err.mean()))
+        if err.mean() > g.max_score_error:
+            fails.append(f"score error {err.mean():.3f} > {g.max_score_error} on {int(confident.sum())} confident position(s)")
+        if classes > 1:
+            agree = top == q[confident].argmax(axis=1)
+            out["top1_agreement"] = _r(float(agree.mean()))
+            if agree.mean() < spec.min_top1_agreement:
+                fails.append(f"top-1 agreement {agree.mean():.3f} < {spec.min_top1_agreement}")
+            if classes > 5:
+                top5 = np.argsort(-q[confident], axis=1)[:, :5]
+                out["top5_agreement"] = _r(float(np.mean(np.any(top5 == top[:, None], axis=1))))
+    if dense:
+        pos_r, pos_t = p >= g.positive_threshold, q >= g.positive_threshold
+        out["positives"] = [int(pos_r.sum()), int(pos_t.sum())]
+        f1 = _f1(pos_r, pos_t)
+        out["positive_f1"] = _r(f1)
+        if (pos_r.any() or pos_t.any()) and f1 < g.min_positive_f1:
+            fails.append(f"positives (score >= {g.positive_threshold}) F1 {f1:.3f} < {g.min_positive_f1} "
+                         f"(float {int(pos_r.sum())}, int8 {int(pos_t.sum())})")
+    return out, fails, confident
+
+
+def regression_metrics(r: np.ndarray, t: np.ndarray, axis: int, spec: AccuracySpec,
+                       mask: np.ndarray | None) -> tuple[dict[str, Any], list[str]]:
+    """Error relative to the float dynamic range; at ``mask`` positions when given."""
+    g = spec.regression
+    span = float(np.ptp(r)) or max(float(np.max(np.abs(r))), 1e-12)
+    rr, tt = _classes_last(r, axis), _classes_last(t, axis)
+    out: dict[str, Any] = {"range": _r(span)}
+    if mask is not None and mask.shape[0] == rr.shape[0] and mask.any():
+        rr, tt = rr[mask], tt[mask]
+        out["at_confident_positions"] = int(mask.sum())
+    err = np.abs(rr - tt) / span
+    mean, p99 = float(err.mean()), float(np.percentile(err, 99))
+    out.update(range_error=_r(mean), range_error_p99=_r(p99), range_error_max=_r(float(err.max())))
+    fails = []
+    if mean > g.max_error:
+        fails.append(f"mean error {mean:.2%} of the range > {g.max_error:.0%}")
+    if p99 > g.max_error_p99:
+        fails.append(f"p99 error {p99:.2%} of the range > {g.max_error_p99:.0%}")
+    return out, fails
+
+
+def map_metrics(r: np.ndarray, t: np.ndarray, activation: str, spec: AccuracySpec) -> tuple[dict[str, Any], list[str]]:
+    """IoU of thresholded maps (probability maps at the threshold, others at each sample's mid-range)."""
+    g = spec.maps
+    p, q = activate(r, activation, -1), activate(t, activation, -1)
+    if p.min() >= -1e-6 and p.max() <= 1 + 1e-6:
+        thr = np.full((p.shape[0],) + (1,) * (p.ndim - 1), g.threshold)
+    else:
+        flat = p.reshape(p.shape[0], -1)
+        thr = ((flat.min(1) + flat.max(1)) / 2).reshape((-1,) + (1,) * (p.ndim - 1))
+    a, b = p >= thr, q >= thr
+    union = float(np.sum(a | b))
+    iou = 1.0 if union == 0 else float(np.sum(a & b)) / union
+    span = float(np.ptp(p)) or 1.0
+    out = {"iou": _r(iou), "area": [_r(float(a.mean()), 4), _r(float(b.mean()), 4)],
+           "mean_error": _r(float(np.mean(np.abs(p - q))) / span)}
+    return out, ([f"IoU {iou:.3f} < {g.min_iou}"] if iou < g.min_iou else [])
+
+
+def embedding_metrics(r: np.ndarray, t: np.ndarray, spec: AccuracySpec) -> tuple[dict[str, Any], list[str]]:
+    g = spec.embedding
+    rr, tt = r.reshape(r.shape[0], -1), t.reshape(t.shape[0], -1)
+    denom = np.linalg.norm(rr, axis=1) * np.linalg.norm(tt, axis=1)
+    cos = np.where(denom > 0, np.sum(rr * tt, axis=1) / np.maximum(denom, 1e-30), 1.0)
+    out = {"cosine_mean": _r(float(cos.mean())), "cosine_min": _r(float(cos.min()))}
+    fails = []
+    if cos.mean() < g.min_cosine:
+        fails.append(f"mean cosine {cos.mean():.4f} < {g.min_cosine}")
+    if cos.min() < g.min_sample_cosine:
+        fails.append(f"worst sample cosine {cos.min():.4f} < {g.min_sample_cosine}")
+    return out, fails
+
+
+def sequence_metrics(r: np.ndarray, t: np.ndarray, kind: OutputKind, spec: AccuracySpec) -> tuple[dict[str, Any], list[str]]:
+    g = spec.sequence
+    ax = kind.axis + 1 if kind.axis >= 0 else kind.axis
+    pr, pt = np.argmax(r, axis=ax), np.argmax(t, axis=ax)
+    step = float(np.mean(pr == pt))
+    pr, pt = pr.reshape(pr.shape[0], -1), pt.reshape(pt.shape[0], -1)
+    same = [ctc_collapse(a, kind.blank) == ctc_collapse(b, kind.blank) for a, b in zip(pr, pt)]
+    seq = float(np.mean(same))
+    out = {"step_agreement": _r(step), "sequence_agreement": _r(seq), "ctc_blank": kind.blank}
+    fails = []
+    if step < g.min_step_agreement:
+        fails.append(f"step agreement {step:.3f} < {g.min_step_agreement}")
+    if seq < g.min_sequence_agreement:
+        fails.append(f"whole-sequence agreement {seq:.3f} < {g.min_sequence_agreement}"
+                     + (" (CTC-collapsed)" if kind.blank is not None else ""))
+    return out, fails
+
+
+def tensor_metrics(whole: dict[str, Any], spec: AccuracySpec) -> list[str]:
+    fails = []
+    if float(whole["cosine"]) < spec.min_cosine:
+        fails.append(f"cosine {float(whole['cosine']):.4f} < {spec.min_cosine}")
+    if float(whole["sqnr_db"]) < spec.min_sqnr_db:
+        fails.append(f"SQNR {float(whole['sqnr_db']):.2f} dB < {spec.min_sqnr_db} dB")
+    return fails
+
+
+def judge_part(r: np.ndarray, t: np.ndarray, kind: str, axis: int, activation: str, spec: AccuracySpec,
+               okind: OutputKind, samples: int, mask: np.ndarray | None) -> tuple[dict[str, Any], list[str], np.ndarray | None]:
+    """Metrics and failures of one output or packed group; returns the confident mask of scores."""
+    whole = whole_tensor(r, t)
+    out: dict[str, Any] = dict(whole)
+    fails: list[str] = []
+    conf = None
+    collapsed = collapse(r, t)
+    if collapsed:
+        fails.append(collapsed)
+        out["collapsed"] = collapsed
+    if kind in ("scores", "logits"):
+        act = activation if activation != "none" or kind == "scores" else ("sigmoid" if r.shape[axis] == 1 else "softmax")
+        figures, f, conf = scores_metrics(r, t, axis, act, spec, samples)
+    elif kind in REGRESSION_KINDS:
+        figures, f = regression_metrics(r, t, axis, spec, mask)
+    elif kind in MAP_KINDS:
+        figures, f = map_metrics(r, t, activation, spec)
+    elif kind == "embedding":
+        figures, f = embedding_metrics(r, t, spec)
+    elif kind == "sequence":
+        figures, f = sequence_metrics(r, t, okind, spec)
+    else:
+        figures, f = {}, tensor_metrics(whole, spec)
+    out.update(figures)
+    fails.extend(f)
+    out["passed"] = not fails
+    return out, fails, conf
+
+
+def evaluate_output(ref: list[np.ndarray], test: list[np.ndarray], kind: OutputKind, spec: AccuracySpec,
+                    mask: np.ndarray | None = None) -> dict[str, Any]:
+    """Judge one output over all held-back samples.
+
+    Args:
+        ref / test: Float and int8 outputs, one array per sample (same shapes).
+        kind: The output's kind.
+        spec: The profile's thresholds.
+        mask: Confident positions from a companion scores output (regressions only).
+
+    Returns:
+        ``{"kind", whole-tensor figures, kind figures, "groups"?, "worst"?, "failures", "passed"}``.
+    """
+    r = np.stack([np.asarray(a, np.float64) for a in ref])
+    t = np.stack([np.asarray(a, np.float64) for a in test])
+    if r.shape != t.shape:
+        raise ValueError(f"int8 output shape {list(t.shape[1:])} differs from the float {list(r.shape[1:])}")
+    samples = r.shape[0]
+    out: dict[str, Any] = {"kind": kind.label(), "samples": samples}
+    if kind.kind != "packed":
+        part, fails, conf = judge_part(r, t, kind.kind, kind.axis, kind.activation, spec, kind, samples, mask)
+        out.update(part)
+        out["failures"] = fails
+        out["_mask"] = conf
+        return out
+    out.update(whole_tensor(r, t))
+    ax = kind.axis + 1 if kind.axis >= 0 else kind.axis
+    groups: dict[str, Any] = {}
+    fails: list[str] = []
+    conf_mask = None
+    ordered = sorted(kind.groups, key=lambda g: g.kind in REGRESSION_KINDS)  # scores first: they give the mask
+    for g in ordered:
+        rs, ts = np.take(r, range(g.start, g.stop), axis=ax), np.take(t, range(g.start, g.stop), axis=ax)
+        part, f, conf = judge_part(rs, ts, g.kind, kind.axis, g.activation, spec, kind, samples,
+                                   conf_mask if g.kind in REGRESSION_KINDS else None)
+        if conf is not None and conf_mask is None:
+            conf_mask = conf
+        part = {"kind": g.kind + (f"({g.activation})" if g.activation != "none" else ""),
+                "channels": [g.start, g.stop], **part}
+        groups[g.name] = part
+        fails.extend(f"{g.name}: {x}" for x in f)
+    out["groups"] = {g.name: groups[g.name] for g in kind.groups}
+    out["worst"] = _worst(out["groups"])
+    out["failures"] = fails
+    out["passed"] = not fails
+    out["_mask"] = conf_mask
+    return out
+
+
+def _worst(groups: dict[str, dict[str, Any]]) -> str:
+    failing = [n for n, g in groups.items() if not g["passed"]]
+    if failing:
+        return failing[0]
+    return min(groups, key=lambda n: float(groups[n]["cosine"]))
+
+
+def one_line(name: str, m: dict[str, Any]) -> str:
+    """``name [kind]: the figures that judge it`` for progress lines and reports."""
+    keys = ("top1_agreement", "score_error", "positive_f1", "range_error", "range_error_p99", "iou", "cosine_mean",
+            "cosine_min", "step_agreement", "sequence_agreement")
+    if "groups" in m:
+        return "; ".join(one_line(f"{name}/{g}", gm) for g, gm in m["groups"].items())
+    shown = [f"{k.replace('_', ' ')} {m[k]}" for k in keys if k in m]
+    if not shown or m.get("kind") == "tensor":
+        shown = [f"cosine {m['cosine']}", f"SQNR {m['sqnr_db']} dB"] + shown
+    if m.get("collapsed"):
+        shown.append(m["collapsed"])
+    return f"{name} [{m['kind']}]: " + ", ".join(shown)

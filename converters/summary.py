@@ -1,0 +1,110 @@
+"""What a conversion did, per profile and per format, and the table that says so.
+
+Every requested profile is attempted; each of its formats ends in one of four states:
+
+* ``published``: converted, the accuracy gate passed (or was not meaningful), in ``out/<profile>/``;
+* ``kept``: converted, the gate failed, published anyway because of ``--allow-accuracy-drop``
+  (the manifest says so and ``load`` warns);
+* ``gate_failed``: converted, the gate failed; the candidate is kept under ``out/.rejected/<profile>/``
+  with its report, never loadable as a published profile;
+* ``conversion_failed``: the converter could not make it (the reason names the step and the op).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from edge_sdk import typed
+
+FormatStatus = Literal["published", "kept", "gate_failed", "conversion_failed"]
+
+
+@dataclass
+class FormatOutcome:
+    """One format of one profile.
+
+    Attributes:
+        format: The artifact format.
+        status: See the module docstring.
+        reason: Why it failed (empty when published).
+        figures: The gate's one-line figures (when a gate ran).
+        route: How the artifact was made.
+    """
+
+    format: str
+    status: FormatStatus
+    reason: str = ""
+    figures: str = ""
+    route: str = ""
+
+
+@dataclass
+class ProfileSummary:
+    """What happened for one profile.
+
+    Attributes:
+        profile: Profile name.
+        folder: The artifact folder (exists only when ``published``).
+        published: Whether the folder was written.
+        formats: Artifact formats published.
+        files: Files of the artifact (relative to ``folder``).
+        gate: ``passed``, ``failed``, ``not_meaningful`` or ``not_run`` (conversion failed).
+        accuracy: The manifest's accuracy section (also for a rejected candidate).
+        warnings: Things the user should know.
+        outcomes: Per requested format, what happened.
+        rejected: Where the rejected candidate was kept for inspection ('' if none).
+        error: Why the profile produced nothing, when it did not.
+    """
+
+    profile: str
+    folder: str
+    published: bool
+    formats: list[str]
+    files: list[str]
+    gate: str
+    accuracy: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+    outcomes: list[FormatOutcome] = field(default_factory=list)
+    rejected: str = ""
+    error: str = ""
+
+    @property
+    def conversion_failed(self) -> bool:
+        return not self.published and not self.rejected
+
+
+@dataclass
+class ConvertSummary:
+    """The result of :func:`edge_sdk.convert` (``--json`` prints :meth:`to_dict`)."""
+
+    source: str
+    source_format: str
+    out: str
+    profiles: list[ProfileSummary]
+    kinds: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Every requested profile and every format of it was published with a passing gate."""
+        return all(p.published and all(o.status == "published" for o in p.outcomes) for p in self.profiles)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**typed.to_dict(self), "ok": self.ok}
+
+    def table(self) -> list[str]:
+        """The final profile x format table (plain text lines)."""
+        rows = [("profile", "format", "result", "why / figures")]
+        labels = {"published": "published", "kept": "KEPT (gate failed)", "gate_failed": "gate FAILED",
+                  "conversion_failed": "conversion FAILED"}
+        for p in self.profiles:
+            if not p.outcomes:
+                rows.append((p.profile, "-", "conversion FAILED", p.error))
+            for o in p.outcomes:
+                rows.append((p.profile, o.format, labels[o.status], o.reason or o.figures))
+        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        lines = [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}".rstrip() for r in rows]
+        for p in self.profiles:
+            if p.rejected:
+                lines.append(f"{p.profile}: rejected candidate kept for inspection in {p.rejected}")
+        return lines

@@ -1,0 +1,301 @@
+"""Output kinds: what each model output *means*, so the gate and the printers judge it by its task.
+
+A whole-tensor cosine says nothing about a detector whose box coordinates (0..320) and class
+scores (0..1) share one tensor, or about raw logits whose background sits at -60. So every
+output of an artifact carries a kind (``manifest.outputs[].kind``), inferred once at conversion
+(see ``edge_sdk.converters.accuracy.kinds``) or declared by the user
+(``--output NAME:KIND[:options]``), and read by the accuracy gate, ``edge-sdk run`` and
+``infer_image`` alike.
+
+Kinds:
+
+* ``scores``: class scores that are already probabilities along ``axis`` (softmax or sigmoid).
+* ``logits``: class scores before their activation (``activation``: sigmoid or softmax), which
+  the gate and the printers apply before comparing or ranking.
+* ``boxes`` / ``landmarks`` / ``regression``: coordinates and other real values.
+* ``heatmap`` / ``mask``: spatial maps (probabilities, or logits with ``activation``).
+* ``embedding``: a feature vector compared by direction.
+* ``sequence``: per-step class scores ``[..., T, C]`` (``blank``: the CTC blank index, if any).
+* ``packed``: several of the above in channel ``groups`` along ``axis`` (YOLO: boxes, scores).
+* ``tensor``: nothing known; whole-tensor cosine and SQNR.
+
+Pure numpy; no ML framework is imported here (the runtime path uses it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from .errors import InputValidationError
+
+KindName = Literal["scores", "logits", "boxes", "landmarks", "regression", "heatmap", "mask", "embedding",
+                   "sequence", "packed", "tensor"]
+Activation = Literal["none", "sigmoid", "softmax"]
+
+KINDS: tuple[str, ...] = ("scores", "logits", "boxes", "landmarks", "regression", "heatmap", "mask", "embedding",
+                          "sequence", "packed", "tensor")
+#: Words users type -> the kind they mean.
+ALIASES = {"probs": "scores", "probabilities": "scores", "classes": "scores", "coords": "regression",
+           "keypoints": "landmarks", "segmentation": "mask", "features": "embedding", "ctc": "sequence",
+           "generic": "tensor", "raw": "tensor"}
+#: Kinds judged as real-valued coordinates / values.
+REGRESSION_KINDS = ("boxes", "landmarks", "regression")
+#: Kinds judged as spatial maps.
+MAP_KINDS = ("heatmap", "mask")
+
+
+@dataclass
+class OutputGroup:
+    """A channel range ``[start, stop)`` of a packed output, with its own kind."""
+
+    name: str
+    start: int
+    stop: int
+    kind: KindName = "regression"
+    activation: Activation = "none"
+
+
+@dataclass
+class OutputKind:
+    """What an output means (``manifest.outputs[].kind``).
+
+    Attributes:
+        kind: One of :data:`KINDS`.
+        axis: The class / channel axis (scores, logits, sequence, packed groups).
+        activation: Applied before comparing or ranking (logits; maps given as logits).
+        groups: Channel groups along ``axis`` (``packed`` only).
+        blank: CTC blank index of a ``sequence`` (None: no CTC collapse).
+        source: How it was decided: ``declared`` (by the user), ``graph`` (the op at the
+            model's tail), ``values`` (ranges seen on the float model), ``shape``, ``default``.
+        reason: One line saying why, for the report.
+    """
+
+    kind: KindName = "tensor"
+    axis: int = -1
+    activation: Activation = "none"
+    groups: list[OutputGroup] = field(default_factory=list)
+    blank: int | None = None
+    source: Literal["declared", "graph", "values", "shape", "default"] = "default"
+    reason: str = ""
+
+    def label(self) -> str:
+        """Short human form, e.g. ``packed(boxes 0:4, scores 4:84 @axis 1)``."""
+        if self.kind == "packed":
+            parts = ", ".join(f"{g.name} {g.start}:{g.stop}" + (f" {g.kind}" if g.kind != g.name else "")
+                              for g in self.groups)
+            return f"packed({parts} @axis {self.axis})"
+        extra = f", {self.activation}" if self.activation != "none" else ""
+        if self.kind in ("scores", "logits", "sequence"):
+            extra = f", axis {self.axis}{extra}"
+        return f"{self.kind}{'(' + extra[2:] + ')' if extra else ''}"
+
+
+def canonical(word: str) -> str:
+    """The kind a word names (aliases resolved), or raise listing the kinds.
+
+    Raises:
+        InputValidationError: unknown kind.
+    """
+    w = word.strip().lower()
+    w = ALIASES.get(w, w)
+    if w not in KINDS:
+        raise InputValidationError(f"Unknown output kind '{word}'.", f"Kinds: {', '.join(KINDS)}")
+    return w
+
+
+def _int(value: str, what: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise InputValidationError(f"--output: {what} must be an integer, got '{value}'.") from None
+
+
+def parse_declaration(text: str) -> tuple[str, OutputKind]:
+    """Parse ``NAME:KIND[:key=value,...]`` (output names may themselves contain ':').
+
+    Options: ``axis=N``, ``activation=sigmoid|softmax|none``, ``blank=N`` and, for ``packed``,
+    one ``GROUP=START-STOP`` (or ``GROUP=START-STOP/KIND``) per channel group, e.g.
+    ``output0:packed:axis=1,boxes=0-4,scores=4-84``.
+
+    Raises:
+        InputValidationError: malformed declaration.
+    """
+    parts = text.split(":")
+    idx = max((i for i, p in enumerate(parts) if i > 0 and ALIASES.get(p.strip().lower(), p.strip().lower()) in KINDS),
+              default=None)
+    if idx is None:
+        raise InputValidationError(f"--output '{text}': expected NAME:KIND[:options].",
+                                   f"Kinds: {', '.join(KINDS)}; e.g. output0:packed:axis=1,boxes=0-4,scores=4-84")
+    name, kind = ":".join(parts[:idx]), canonical(parts[idx])
+    opts = ":".join(parts[idx + 1:])
+    out = OutputKind(kind=kind, source="declared", reason="declared by the user")  # type: ignore[arg-type]
+    if kind == "logits":
+        out.activation = "softmax"
+    for item in filter(None, (o.strip() for o in opts.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise InputValidationError(f"--output '{text}': option '{item}' is not key=value.")
+        key = key.strip().lower()
+        if key == "axis":
+            out.axis = _int(value, "axis")
+        elif key == "activation":
+            if value not in ("none", "sigmoid", "softmax"):
+                raise InputValidationError(f"--output '{text}': activation must be none, sigmoid or softmax.")
+            out.activation = value  # type: ignore[assignment]
+        elif key == "blank":
+            out.blank = _int(value, "blank")
+        elif kind == "packed":
+            span, _, gkind = value.partition("/")
+            lo, dash, hi = span.partition("-")
+            if not dash:
+                raise InputValidationError(f"--output '{text}': group '{key}' needs START-STOP, got '{value}'.")
+            if not gkind and ALIASES.get(key, key) not in KINDS:
+                raise InputValidationError(f"--output '{text}': say what group '{key}' holds, e.g. {key}={value}/scores.")
+            g_kind = canonical(gkind or key)
+            act = "sigmoid" if g_kind == "logits" else "none"
+            out.groups.append(OutputGroup(key, _int(lo, "group start"), _int(hi, "group stop"), g_kind, act))  # type: ignore[arg-type]
+        else:
+            raise InputValidationError(f"--output '{text}': unknown option '{key}'.",
+                                       "Options: axis, activation, blank, and GROUP=START-STOP for packed outputs.")
+    if kind == "packed" and not out.groups:
+        raise InputValidationError(f"--output '{text}': a packed output needs its groups, e.g. boxes=0-4,scores=4-84.")
+    return name, out
+
+
+def check_fits(name: str, kind: OutputKind, shape: list[int]) -> None:
+    """Check a kind against the output's static shape.
+
+    Raises:
+        InputValidationError: the axis or a group does not fit.
+    """
+    rank = len(shape)
+    if kind.kind in ("scores", "logits", "sequence", "packed") and not -rank <= kind.axis < rank:
+        raise InputValidationError(f"Output '{name}' has rank {rank}; axis {kind.axis} is out of range.")
+    if kind.kind == "sequence" and rank < 2:
+        raise InputValidationError(f"Output '{name}' of shape {shape} cannot be a sequence: it needs [..., T, C].")
+    if kind.kind == "packed":
+        size = shape[kind.axis]
+        spans = sorted((g.start, g.stop, g.name) for g in kind.groups)
+        for lo, hi, g in spans:
+            if not 0 <= lo < hi <= size:
+                raise InputValidationError(f"Output '{name}': group '{g}' {lo}-{hi} is outside axis {kind.axis} of size {size}.")
+        for (_, hi, g), (lo2, _, g2) in zip(spans, spans[1:]):
+            if lo2 < hi:
+                raise InputValidationError(f"Output '{name}': groups '{g}' and '{g2}' overlap.")
+
+
+# ----------------------------------------------------------------------------- math shared by gate and printers
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # overflow-free
+
+
+def softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def activate(x: np.ndarray, activation: str, axis: int) -> np.ndarray:
+    """Apply ``activation`` (``none`` returns float64 values unchanged)."""
+    if activation == "sigmoid":
+        return sigmoid(x)
+    if activation == "softmax":
+        return softmax(x, axis)
+    return np.asarray(x, np.float64)
+
+
+def ctc_collapse(path: np.ndarray, blank: int | None) -> list[int]:
+    """Greedy CTC: merge repeats, drop the blank (``blank`` None: keep the path as it is)."""
+    seq = [int(v) for v in np.asarray(path).ravel()]
+    if blank is None:
+        return seq
+    out, prev = [], None
+    for v in seq:
+        if v != prev and v != blank:
+            out.append(v)
+        prev = v
+    return out
+
+
+# ----------------------------------------------------------------------------- printing by kind
+def summarize(name: str, arr: np.ndarray, kind: OutputKind | None, top_k: int = 5,
+              labels: list[str] | None = None) -> dict[str, Any]:
+    """A JSON-able summary of one output, by its kind (what ``edge-sdk run`` prints).
+
+    Class scores get the top-k classes; landmarks a point count and ranges; maps the area above
+    0.5 and the peak; sequences the greedy path; packed outputs one entry per group.
+    """
+    a = np.asarray(arr)
+    info: dict[str, Any] = {"name": name, "shape": list(a.shape), "dtype": str(a.dtype)}
+    if kind is None and (a.ndim == 1 or (a.ndim == 2 and a.shape[0] == 1)) and a.size > 1:
+        kind = OutputKind("scores", reason="no kind recorded: a [1, C] vector is shown as class scores")
+    k = kind or OutputKind()
+    info["kind"] = k.label()
+    if a.size:
+        info.update(min=float(a.min()), max=float(a.max()), mean=float(a.astype(np.float64).mean()))
+    if k.kind == "packed":
+        info["groups"] = []
+        for g in k.groups:
+            part = np.take(a, range(g.start, g.stop), axis=k.axis)
+            sub = OutputKind(kind=g.kind, axis=k.axis, activation=g.activation)
+            info["groups"].append(summarize(g.name, part, sub, top_k, labels))
+        return info
+    if k.kind in ("scores", "logits") and a.size:
+        p = activate(a, k.activation, k.axis)
+        p = np.moveaxis(p, k.axis, -1).reshape(-1, p.shape[k.axis])
+        if p.shape[0] == 1 and p.shape[1] > 1:
+            idx = np.argsort(-p[0], kind="stable")[:top_k]
+            info["top_k"] = [{"index": int(i), "score": float(p[0, i]),
+                              **({"label": labels[i]} if labels and i < len(labels) else {})} for i in idx]
+        else:
+            best = p.max(axis=1)
+            info["positions"] = int(p.shape[0])
+            info["above_0.5"] = int(np.sum(best >= 0.5))
+            info["best_score"] = float(best.max()) if best.size else 0.0
+    elif k.kind == "sequence" and a.size:
+        path = np.moveaxis(a, k.axis, -1).reshape(-1, a.shape[k.axis]).argmax(-1)
+        info["path"] = ctc_collapse(path, k.blank)
+    elif k.kind in REGRESSION_KINDS and a.size:
+        flat = a.reshape(-1)
+        dims = 3 if flat.size % 3 == 0 and k.kind == "landmarks" else 2 if flat.size % 2 == 0 else 1
+        info["values"] = int(flat.size)
+        if k.kind == "landmarks":
+            info["points"] = int(flat.size // dims)
+    elif k.kind in MAP_KINDS and a.size:
+        p = activate(a, k.activation, -1)
+        info["area_above_0.5"] = round(float(np.mean(p >= 0.5)), 4)
+        info["peak"] = [int(i) for i in np.unravel_index(int(np.argmax(p)), p.shape)]
+    elif k.kind == "embedding" and a.size:
+        info["l2_norm"] = float(np.linalg.norm(a.astype(np.float64)))
+    return info
+
+
+def describe_lines(summary: dict[str, Any], indent: str = "  ") -> list[str]:
+    """Text lines for a :func:`summarize` result (the CLI printer)."""
+    lines = [f"{indent}{summary['name']}: {summary['kind']} {summary['dtype']} {summary['shape']}"
+             + (f" min {summary['min']:.4g} max {summary['max']:.4g}" if "min" in summary else "")]
+    for rank, item in enumerate(summary.get("top_k", []), 1):
+        label = f" ({item['label']})" if "label" in item else ""
+        lines.append(f"{indent}  #{rank}: class {item['index']}{label}  score {item['score']:.4g}")
+    if "positions" in summary:
+        lines.append(f"{indent}  {summary['above_0.5']} of {summary['positions']} positions score >= 0.5 "
+                     f"(best {summary['best_score']:.3g})")
+    if "path" in summary:
+        lines.append(f"{indent}  greedy path ({len(summary['path'])} symbols): {summary['path'][:40]}")
+    if "points" in summary:
+        lines.append(f"{indent}  {summary['points']} points")
+    if "area_above_0.5" in summary:
+        lines.append(f"{indent}  area >= 0.5: {summary['area_above_0.5']:.2%}, peak at {summary['peak']}")
+    if "l2_norm" in summary:
+        lines.append(f"{indent}  L2 norm {summary['l2_norm']:.4g}")
+    for g in summary.get("groups", []):
+        lines.extend(describe_lines(g, indent + "  "))
+    return lines
+
+
+__all__ = ["ALIASES", "KINDS", "OutputGroup", "OutputKind", "activate", "canonical", "check_fits", "ctc_collapse",
+           "describe_lines", "parse_declaration", "sigmoid", "softmax", "summarize"]

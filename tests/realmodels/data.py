@@ -1,0 +1,208 @@
+"""Task data for the practice set, made by code (seeded) from public registry material.
+
+Each generator returns model-ready float32 arrays in the layout the model takes, plus whatever
+its task check needs. None of it is a benchmark data set: the images are real photos bundled
+in scikit-image's wheel (a face, a scanned page), text rendered with Pillow's built-in font,
+drawn hand silhouettes, and synthetic speech-like audio. What each is good for is said where
+it is made, and again in ``docs/accuracy.md``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from practice import fetch
+
+#: Crop of the face in scikit-image's astronaut.png (x0, y0, x1, y1), 512x512 image.
+ASTRONAUT_FACE = (150, 20, 330, 220)
+
+
+def _pil():
+    from PIL import Image, ImageDraw, ImageFilter, ImageFont
+
+    return Image, ImageDraw, ImageFilter, ImageFont
+
+
+# ----------------------------------------------------------------------------- faces
+def face_crops(n: int, size: int = 192, seed: int = 0) -> np.ndarray:
+    """Jittered crops around the astronaut's face: shift, scale, rotation, light, mirror.
+
+    Returns:
+        ``[n, size, size, 3]`` float32 in [0, 1] (MediaPipe's face landmark input range).
+    """
+    Image, _, _, _ = _pil()
+    img = Image.open(fetch("astronaut.png")).convert("RGB")
+    rng = np.random.default_rng(seed)
+    x0, y0, x1, y1 = ASTRONAUT_FACE
+    cx, cy, side = (x0 + x1) / 2, (y0 + y1) / 2, max(x1 - x0, y1 - y0)
+    out = np.empty((n, size, size, 3), np.float32)
+    for i in range(n):
+        s = side * rng.uniform(0.85, 1.25)
+        dx, dy = rng.uniform(-0.12, 0.12, 2) * side
+        rot = img.rotate(rng.uniform(-25, 25), center=(cx + dx, cy + dy), resample=Image.BILINEAR)
+        box = (cx + dx - s / 2, cy + dy - s / 2, cx + dx + s / 2, cy + dy + s / 2)
+        crop = rot.crop(tuple(int(round(v)) for v in box)).resize((size, size), Image.BILINEAR)
+        arr = np.asarray(crop, np.float32) / 255.0
+        arr = arr * rng.uniform(0.7, 1.2) + rng.uniform(-0.1, 0.1)
+        if rng.random() < 0.5:
+            arr = arr[:, ::-1]
+        out[i] = np.clip(arr, 0.0, 1.0)
+    return out
+
+
+def eye_crops(n: int, size: int = 64, seed: int = 0) -> np.ndarray:
+    """Jittered crops around the astronaut's left eye (iris landmark input, [0, 1])."""
+    Image, _, _, _ = _pil()
+    img = Image.open(fetch("astronaut.png")).convert("RGB")
+    rng = np.random.default_rng(seed)
+    cx, cy, side = 207, 96, 44  # her right eye (image left), measured on the 512x512 photo
+    out = np.empty((n, size, size, 3), np.float32)
+    for i in range(n):
+        s = side * rng.uniform(0.85, 1.2)
+        dx, dy = rng.uniform(-0.1, 0.1, 2) * side
+        box = (cx + dx - s / 2, cy + dy - s / 2, cx + dx + s / 2, cy + dy + s / 2)
+        crop = img.crop(tuple(int(round(v)) for v in box)).resize((size, size), Image.BILINEAR)
+        arr = np.asarray(crop, np.float32) / 255.0 * rng.uniform(0.8, 1.15)
+        out[i] = np.clip(arr, 0.0, 1.0)
+    return out
+
+
+# ----------------------------------------------------------------------------- hands
+def hand_image(rng: np.random.Generator, size: int = 256):
+    """A drawn hand silhouette (palm, four fingers, thumb, forearm) on a random background.
+
+    Drawn hands are no photographs: BlazePalm fires on about one in six of them (score > 0.5),
+    which is enough to check that the int8 detector finds what the float one finds.
+    """
+    Image, ImageDraw, ImageFilter, _ = _pil()
+    bg = tuple(int(v) for v in rng.integers(0, 255, 3))
+    skin = tuple(int(v) for v in (np.array([225, 180, 150]) * rng.uniform(0.6, 1.05)).clip(0, 255))
+    im = Image.new("RGB", (size, size), bg)
+    d = ImageDraw.Draw(im)
+    scale = rng.uniform(0.9, 1.6)
+    cx, cy = size / 2 + rng.uniform(-30, 30), size * 0.6 + rng.uniform(-20, 20)
+    r = 40 * scale
+    d.rectangle([cx - r * 0.7, cy, cx + r * 0.7, size + 50], fill=tuple(int(c * 0.9) for c in skin))
+    d.ellipse([cx - r, cy - r * 1.1, cx + r, cy + r * 0.9], fill=skin)
+    spread = rng.uniform(0, 12)
+    for i, (dx, ln) in enumerate([(-28, 62), (-9, 75), (10, 78), (29, 64)]):
+        x = cx + (dx + (i - 1.5) * spread) * scale
+        top = cy - r - ln * scale
+        d.rounded_rectangle([x - 8 * scale, top, x + 8 * scale, cy - r * 0.4], radius=int(8 * scale), fill=skin)
+        for k in (1, 2):
+            yk = top + k * ln * scale / 3
+            d.line([x - 6 * scale, yk, x + 6 * scale, yk], fill=tuple(int(c * 0.8) for c in skin), width=max(1, int(scale)))
+    d.polygon([(cx - r * 0.8, cy + r * 0.2), (cx - r - 40 * scale, cy - 30 * scale), (cx - r - 30 * scale, cy - 45 * scale),
+               (cx - r * 0.6, cy - r * 0.3)], fill=skin)
+    im = im.rotate(rng.uniform(-40, 40), fillcolor=bg, center=(cx, cy)).filter(ImageFilter.GaussianBlur(rng.uniform(0.5, 1.5)))
+    arr = np.asarray(im, np.float32) + rng.normal(0, 6, (size, size, 3))
+    return Image.fromarray(arr.clip(0, 255).astype(np.uint8))
+
+
+def hand_images(n: int, size: int = 192, seed: int = 0) -> np.ndarray:
+    """``n`` drawn hands as BlazePalm input: ``[n, size, size, 3]`` float32 in [-1, 1]."""
+    Image, _, _, _ = _pil()
+    rng = np.random.default_rng(seed)
+    out = np.empty((n, size, size, 3), np.float32)
+    for i in range(n):
+        out[i] = np.asarray(hand_image(rng).resize((size, size), Image.BILINEAR), np.float32) / 127.5 - 1.0
+    return out
+
+
+# ----------------------------------------------------------------------------- text
+_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+_WORDS = ["edge", "model", "int8", "device", "camera", "speed", "Jetson", "Coral", "float", "text", "Orin",
+          "2026", "latency", "power", "sensor", "OpenVINO", "frame", "label", "hello", "world", "price", "12.50"]
+
+
+def text_strings(n: int, seed: int = 0) -> list[str]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        if rng.random() < 0.6:
+            out.append(" ".join(rng.choice(_WORDS, rng.integers(1, 4))))
+        else:
+            out.append("".join(rng.choice(list(_ALPHABET), rng.integers(4, 12))))
+    return out
+
+
+def text_lines(n: int, height: int = 48, width: int = 320, seed: int = 0) -> tuple[np.ndarray, list[str]]:
+    """Rendered text lines as PP-OCR recognizer input.
+
+    Pillow's built-in scalable font, dark-on-light with random colours, size, offset and noise,
+    resized to ``height`` keeping the aspect ratio and padded right (PP-OCR's own recipe).
+
+    Returns:
+        (``[n, 3, height, width]`` float32 in [-1, 1] (``(x/255 - 0.5) / 0.5``), the strings).
+    """
+    Image, ImageDraw, ImageFilter, ImageFont = _pil()
+    rng = np.random.default_rng(seed)
+    strings = text_strings(n, seed)
+    out = np.zeros((n, 3, height, width), np.float32)
+    for i, s in enumerate(strings):
+        font = ImageFont.load_default(size=int(rng.integers(22, 36)))
+        x0, y0, x1, y1 = font.getbbox(s)
+        pad = int(rng.integers(4, 12))
+        bg = tuple(int(v) for v in rng.integers(170, 256, 3))
+        fg = tuple(int(v) for v in rng.integers(0, 80, 3))
+        im = Image.new("RGB", (x1 - x0 + 2 * pad, y1 - y0 + 2 * pad), bg)
+        ImageDraw.Draw(im).text((pad - x0, pad - y0), s, font=font, fill=fg)
+        if rng.random() < 0.5:
+            im = im.filter(ImageFilter.GaussianBlur(rng.uniform(0.3, 0.9)))
+        w = min(width, max(8, int(round(im.width * height / im.height))))
+        arr = np.asarray(im.resize((w, height), Image.BILINEAR), np.float32)
+        arr = arr + rng.normal(0, 4, arr.shape)
+        x = (np.clip(arr, 0, 255) / 255.0 - 0.5) / 0.5
+        out[i, :, :, :w] = x.transpose(2, 0, 1)
+    return out, strings
+
+
+# ----------------------------------------------------------------------------- audio
+def speechlike_audio(seconds: float, sr: int = 16000, seed: int = 0) -> np.ndarray:
+    """Synthetic voiced/unvoiced 'syllables' with gliding pitch, formants, pauses and noise.
+
+    Returns:
+        float32 samples in int16 range (what openWakeWord feeds its melspectrogram model).
+    """
+    rng = np.random.default_rng(seed)
+    total = int(seconds * sr)
+    out = rng.normal(0, 60, total)  # room noise
+    pos = 0
+    while pos < total:
+        dur = int(rng.uniform(0.08, 0.35) * sr)
+        t = np.arange(dur) / sr
+        if rng.random() < 0.75:  # voiced: harmonics of a gliding f0 shaped by two formants
+            f0 = rng.uniform(90, 260) * (1 + rng.uniform(-0.2, 0.2) * t / max(t[-1], 1e-3))
+            phase = 2 * np.pi * np.cumsum(f0) / sr
+            formants = rng.uniform([300, 900], [900, 2600])
+            sig = np.zeros(dur)
+            for k in range(1, 30):
+                fk = f0 * k
+                gain = sum(np.exp(-((fk - f) / 150.0) ** 2) for f in formants) + 0.05 / k
+                sig += gain * np.sin(k * phase)
+        else:  # unvoiced: high-passed noise burst
+            sig = np.diff(rng.normal(0, 1, dur + 1))
+        env = np.sin(np.pi * np.linspace(0, 1, dur)) ** 0.5
+        end = min(total, pos + dur)
+        out[pos:end] += (sig * env * rng.uniform(1500, 9000) / max(np.abs(sig).max(), 1e-6))[: end - pos]
+        pos = end + int(rng.uniform(0.0, 0.25) * sr)
+    return np.clip(out, -32768, 32767).astype(np.float32)
+
+
+def mel_windows(n: int, seed: int = 0, frames: int = 76) -> np.ndarray:
+    """openWakeWord embedding-model input: ``[n, 76, 32, 1]`` windows of melspectrogram frames.
+
+    The audio goes through openWakeWord's own ``melspectrogram.onnx`` (ONNX Runtime, float) and
+    its transform ``x / 10 + 2``, exactly as ``openwakeword.utils.AudioFeatures`` does.
+    """
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(fetch("melspectrogram.onnx")), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(seed)
+    out = np.empty((n, frames, 32, 1), np.float32)
+    audio = speechlike_audio(2.0 + n * 0.25, seed=seed)
+    mel = sess.run(None, {"input": audio[None]})[0].squeeze() / 10.0 + 2.0  # [T, 32]
+    for i in range(n):
+        start = int(rng.integers(0, mel.shape[0] - frames))
+        out[i, :, :, 0] = mel[start:start + frames]
+    return out

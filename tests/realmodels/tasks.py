@@ -1,0 +1,162 @@
+"""Task checks for the practice set: does the int8 artifact do the model's job like the float model?
+
+Independent of the gate on purpose: each check decodes the outputs the way the model's own
+pipeline does (MediaPipe's SSD anchors and sigmoid for BlazePalm, landmark coordinates, PP-OCR's
+CTC greedy decoding with the model's character list, openWakeWord embeddings) and compares the
+*decoded* results of float and int8 on the same inputs. A task check knows nothing of kinds,
+thresholds or cosines, so when it agrees with the gate, the gate told the truth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+
+@dataclass
+class TaskResult:
+    """A task verdict with its figures."""
+
+    passed: bool
+    summary: str
+    figures: dict[str, Any] = field(default_factory=dict)
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-np.clip(np.asarray(x, np.float64), -80, 80)))
+
+
+# ----------------------------------------------------------------------------- detection (BlazePalm)
+def ssd_anchors(size: int = 192, strides=(8, 16, 16, 16), per_cell: int = 2) -> np.ndarray:
+    """MediaPipe SsdAnchorsCalculator with fixed anchor size (palm/face detectors): ``[N, 2]`` centres."""
+    out = []
+    i = 0
+    while i < len(strides):
+        same = [s for s in strides[i:] if s == strides[i]]
+        n = per_cell * len(same)
+        grid = int(np.ceil(size / strides[i]))
+        for y in range(grid):
+            for x in range(grid):
+                out.extend([[(x + 0.5) / grid, (y + 0.5) / grid]] * n)
+        i += len(same)
+    return np.asarray(out, np.float64)
+
+
+def decode_ssd(boxes: np.ndarray, logits: np.ndarray, anchors: np.ndarray, size: int, thr: float = 0.5):
+    """Boxes (x1, y1, x2, y2 normalised) and scores above ``thr``, after weighted-free greedy NMS."""
+    scores = _sigmoid(logits.reshape(-1))
+    raw = boxes.reshape(len(anchors), -1)
+    cx = raw[:, 0] / size + anchors[:, 0]
+    cy = raw[:, 1] / size + anchors[:, 1]
+    w, h = raw[:, 2] / size, raw[:, 3] / size
+    b = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], 1)
+    keep = np.where(scores >= thr)[0]
+    keep = keep[np.argsort(-scores[keep])]
+    picked = []
+    for k in keep:
+        if all(iou(b[k], b[j]) < 0.3 for j in picked):
+            picked.append(k)
+    return b[picked], scores[picked]
+
+
+def iou(a, b) -> float:
+    x1, y1 = max(a[0], b[0]), max(a[1], b[1])
+    x2, y2 = min(a[2], b[2]), min(a[3], b[3])
+    inter = max(0.0, x2 - x1) * max(0.0, y2 - y1)
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def detection_check(ref: list[tuple], test: list[tuple], min_f1: float = 0.9) -> TaskResult:
+    """Match int8 detections to float ones per image (IoU >= 0.5): F1 over all images."""
+    tp = fp = fn = 0
+    for (rb, _), (tb, _) in zip(ref, test):
+        used = set()
+        for r in rb:
+            best = max(((iou(r, t), j) for j, t in enumerate(tb) if j not in used), default=(0.0, -1))
+            if best[0] >= 0.5:
+                tp += 1
+                used.add(best[1])
+            else:
+                fn += 1
+        fp += len(tb) - len(used)
+    f1 = 1.0 if tp + fp + fn == 0 else 2 * tp / (2 * tp + fp + fn)
+    return TaskResult(f1 >= min_f1, f"detections F1 {f1:.3f} (float {tp + fn}, int8 {tp + fp}, matched {tp})",
+                      {"f1": round(f1, 4), "float_detections": tp + fn, "int8_detections": tp + fp})
+
+
+def palm_task(ref_outs: list[dict], test_outs: list[dict]) -> TaskResult:
+    anchors = ssd_anchors(192)
+    dec = lambda o: decode_ssd(o["Identity"], o["Identity_1"], anchors, 192)  # noqa: E731
+    return detection_check([dec(o) for o in ref_outs], [dec(o) for o in test_outs])
+
+
+# ----------------------------------------------------------------------------- landmarks
+def landmark_check(ref: np.ndarray, test: np.ndarray, scale: float, max_nme: float = 0.02) -> TaskResult:
+    """Mean x,y point distance normalised by ``scale`` (the crop size)."""
+    r, t = ref.reshape(ref.shape[0], -1, 3)[..., :2], test.reshape(test.shape[0], -1, 3)[..., :2]
+    nme = float(np.mean(np.linalg.norm(r - t, axis=-1)) / scale)
+    worst = float(np.max(np.mean(np.linalg.norm(r - t, axis=-1), axis=1)) / scale)
+    return TaskResult(nme <= max_nme, f"landmark error {nme:.2%} of the crop (worst image {worst:.2%})",
+                      {"nme": round(nme, 5), "nme_worst": round(worst, 5)})
+
+
+def face_landmark_task(ref_outs: list[dict], test_outs: list[dict]) -> TaskResult:
+    lm = landmark_check(np.stack([o["conv2d_21"] for o in ref_outs]), np.stack([o["conv2d_21"] for o in test_outs]), 192)
+    fr = _sigmoid(np.stack([o["conv2d_31"] for o in ref_outs]).ravel()) >= 0.5
+    ft = _sigmoid(np.stack([o["conv2d_31"] for o in test_outs]).ravel()) >= 0.5
+    agree = float(np.mean(fr == ft))
+    return TaskResult(lm.passed and agree >= 0.95, f"{lm.summary}; face flag agreement {agree:.2%}",
+                      {**lm.figures, "face_flag_agreement": round(agree, 4)})
+
+
+def iris_task(ref_outs: list[dict], test_outs: list[dict]) -> TaskResult:
+    a = landmark_check(np.stack([o["output_iris"] for o in ref_outs]), np.stack([o["output_iris"] for o in test_outs]), 64)
+    b = landmark_check(np.stack([o["output_eyes_contours_and_brows"] for o in ref_outs]),
+                       np.stack([o["output_eyes_contours_and_brows"] for o in test_outs]), 64)
+    return TaskResult(a.passed and b.passed, f"iris {a.summary}; contours {b.summary}", {"iris": a.figures, "contours": b.figures})
+
+
+# ----------------------------------------------------------------------------- text recognition
+def ctc_decode(probs: np.ndarray, charset: list[str]) -> str:
+    idx = probs.reshape(-1, probs.shape[-1]).argmax(-1)
+    out, prev = [], 0
+    for i in idx:
+        if i != prev and i != 0:
+            out.append(charset[i] if i < len(charset) else "?")
+        prev = i
+    return "".join(out).strip()
+
+
+def ocr_charset(onnx_path) -> list[str]:
+    import onnx
+
+    meta = {p.key: p.value for p in onnx.load(str(onnx_path), load_external_data=False).metadata_props}
+    return ["<blank>"] + meta["character"].split("\n") + [" "]
+
+
+def ocr_task(charset: list[str]) -> Callable[[list[dict], list[dict]], TaskResult]:
+    def check(ref_outs: list[dict], test_outs: list[dict]) -> TaskResult:
+        name = next(iter(ref_outs[0]))
+        rs = [ctc_decode(o[name], charset) for o in ref_outs]
+        ts = [ctc_decode(o[name], charset) for o in test_outs]
+        exact = float(np.mean([a == b for a, b in zip(rs, ts)]))
+        return TaskResult(exact >= 0.9, f"decoded strings equal to float's: {exact:.0%}",
+                          {"exact": round(exact, 4), "examples": [[a, b] for a, b in zip(rs, ts) if a != b][:3]})
+    return check
+
+
+# ----------------------------------------------------------------------------- embeddings
+def embedding_task(ref_outs: list[dict], test_outs: list[dict], min_cos: float = 0.98) -> TaskResult:
+    name = next(iter(ref_outs[0]))
+    r = np.stack([o[name].ravel() for o in ref_outs]).astype(np.float64)
+    t = np.stack([o[name].ravel() for o in test_outs]).astype(np.float64)
+    cos = np.sum(r * t, 1) / (np.linalg.norm(r, axis=1) * np.linalg.norm(t, axis=1))
+    # openWakeWord's classifiers read these embeddings: the nearest float neighbour must be the same sample.
+    sims = (t / np.linalg.norm(t, axis=1, keepdims=True)) @ (r / np.linalg.norm(r, axis=1, keepdims=True)).T
+    nn = float(np.mean(np.argmax(sims, 1) == np.arange(len(r))))
+    return TaskResult(float(cos.mean()) >= min_cos and nn >= 0.95,
+                      f"embedding cosine mean {cos.mean():.4f} (min {cos.min():.4f}), nearest-neighbour retrieval {nn:.0%}",
+                      {"cosine_mean": round(float(cos.mean()), 5), "cosine_min": round(float(cos.min()), 5), "nn": nn})
