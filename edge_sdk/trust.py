@@ -30,6 +30,7 @@ else ``~/.config/edge-sdk/config.toml``) belongs to the device owner, never to a
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ from . import typed
 from .errors import InputValidationError, ManifestError, ProfileError
 from .manifest import Manifest, format_io, parse_manifest, read_manifest_bytes
 from .profiles import Profile, parse_profile
+from .strictjson import dumps_canonical
 
 CONFIG_ENV = "EDGE_SDK_CONFIG"
 EXTERNAL = "external:"
@@ -180,7 +182,11 @@ def embedded_profile(manifest: Manifest, where: str, verify: bool = True) -> Pro
         profile = parse_profile(manifest.profile.spec, f"{where} (embedded profile)")
     except ProfileError as exc:
         raise ManifestError(exc.message, exc.hint) from None
-    if verify and profile.sha256 != manifest.profile.sha256:
+    # The hash is over the spec as stored (canonical JSON), not over the parsed profile: a later
+    # edge-sdk that adds a profile field with a default must not turn every older artifact into
+    # an "edited" one. The converter records Profile.sha256, which is this same canonical form.
+    stored = hashlib.sha256(dumps_canonical(manifest.profile.spec)).hexdigest()
+    if verify and stored != manifest.profile.sha256:
         raise ManifestError(f"{where}: the embedded profile '{profile.name}' does not match its sha256 in the manifest "
                             "(edited or corrupt).", "Copy the artifact folder again from the source; do not edit manifest.json.")
     if profile.name != manifest.profile.name:
