@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: quickstart test bench clean
+.PHONY: quickstart test test-arm64 bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,12 @@ quickstart: $(VENV)/.installed
 ## 2. Set up, then run the whole test suite (what .ci/run calls).
 test: $(VENV)/.installed
 	$(BIN)/pytest
+
+## The device side on aarch64, emulated (qemu-user in a cached Debian arm64 root; needs root and the
+## package registries): every runtime extra in its own venv, parity with x86 -> docs/arm64.md.
+## Includes a self-test that a tampered artifact fails. Cache: ~/.cache/edge-sdk-arm64 (EDGE_SDK_ARM64_CACHE).
+test-arm64: $(VENV)/.installed
+	$(BIN)/python tests/arm64/run.py
 
 ## The performance suite; writes docs/benchmarks.md.
 bench: $(VENV)/.installed
