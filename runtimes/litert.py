@@ -81,7 +81,7 @@ class LiteRTRunner(Runner):
             raise DelegateUnavailableError(f"Unknown LiteRT delegate '{acc}'.", "Use edgetpu, xnnpack, gpu or external:/path.so.")
         try:
             return [lite.load_delegate(target, opts)]
-        except (ValueError, OSError, RuntimeError) as exc:
+        except (ValueError, OSError, RuntimeError, AttributeError) as exc:  # AttributeError: not a delegate library
             raise DelegateUnavailableError(f"LiteRT delegate '{acc}' ({target}) failed to load: {exc}",
                                            "Install the delegate library for this device and check device permissions.") from None
 
