@@ -137,17 +137,27 @@ class Manifest:
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 
 
+def artifact_path(path: str | Path) -> Path:
+    """An artifact path argument, refused when the OS could not even look it up.
+
+    Raises:
+        ManifestError: longer than PATH_MAX, or a component longer than NAME_MAX (the OS would
+            raise ``ENAMETOOLONG`` from any ``stat``).
+    """
+    text = os.fspath(path)
+    if len(text) > strictjson.MAX_PATH_CHARS or any(len(p.encode()) > 255 for p in Path(text).parts):
+        raise ManifestError(f"Artifact path is too long ({len(text)} characters, or a name over 255 bytes): "
+                            f"{text[:60]}...", "Pass a shorter path.")
+    return Path(path)
+
+
 def manifest_location(folder: str | Path) -> tuple[Path, Path]:
     """(artifact folder, its manifest.json) for a folder or a manifest path.
 
     Raises:
         ManifestError: the path is too long, or no folder is there.
     """
-    text = os.fspath(folder)
-    if len(text) > strictjson.MAX_PATH_CHARS:
-        raise ManifestError(f"Artifact path is {len(text)} characters long (limit {strictjson.MAX_PATH_CHARS}).",
-                            "Pass a shorter path.")
-    folder = Path(folder)
+    folder = artifact_path(folder)
     try:
         if folder.name == MANIFEST_NAME and not folder.is_dir():
             folder = folder.parent
@@ -371,6 +381,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "SourceInfo",
     "TensorSpec",
+    "artifact_path",
     "file_entry",
     "find_profile_folders",
     "format_io",

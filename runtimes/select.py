@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from edge_sdk.errors import DelegateUnavailableError, EdgeSDKError, InputValidationError, ModelLoadError
-from edge_sdk.manifest import MANIFEST_NAME, Manifest, find_profile_folders, is_artifact_folder
+from edge_sdk.manifest import MANIFEST_NAME, Manifest, artifact_path, find_profile_folders, is_artifact_folder
 from edge_sdk.profiles import Profile, RuntimeStep, resolve_profile
 from edge_sdk.registry import Registry
 
@@ -101,7 +101,7 @@ def resolve_folder(path: str | Path, profile: str | None, strict: bool,
             profile folder in it failed its check (``ManifestError`` with the first reason).
         DelegateUnavailableError: strict and no profile runs natively here.
     """
-    path = Path(path)
+    path = artifact_path(path)
     if not path.exists():
         raise ModelLoadError(f"Artifact folder not found: {path}", "Pass the folder that `edge-sdk convert` wrote.")
     if is_artifact_folder(path) or path.name == MANIFEST_NAME:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from edge_sdk.errors import DelegateUnavailableError, EdgeSDKError, MissingDependencyError, ModelLoadError
-from edge_sdk.manifest import find_profile_folders, is_artifact_folder
+from edge_sdk.manifest import artifact_path, find_profile_folders, is_artifact_folder
 
 from .base import RunnerConfig
 from .sandbox import CrashGuard
@@ -84,7 +84,7 @@ def verify_paths(path: str | Path, *, policy, load_check: bool = True,
     Raises:
         ModelLoadError: ``path`` is neither kind of folder.
     """
-    path = Path(path)
+    path = artifact_path(path)
     if is_artifact_folder(path) or path.name == "manifest.json" or not path.is_dir():
         return [verify_one(path, policy=policy, load_check=load_check, allow_unpublished=allow_unpublished)], None
     folders = find_profile_folders(path)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from edge_sdk import hostinfo
 from edge_sdk.errors import DelegateUnavailableError, EdgeSDKError, InputValidationError, ModelLoadError, ProfileError
-from edge_sdk.manifest import MANIFEST_NAME, find_profile_folders, is_artifact_folder
+from edge_sdk.manifest import MANIFEST_NAME, artifact_path, find_profile_folders, is_artifact_folder
 from edge_sdk.profiles import Profile, resolve_profile
 
 
@@ -111,7 +111,7 @@ def expand(paths: list[str | Path], profile: str | None = None, check=None) -> t
     targets: list[Target] = []
     skipped: list[Skipped] = []
     for raw in paths:
-        path = Path(raw)
+        path = artifact_path(raw)
         if is_artifact_folder(path):
             targets.append(Target(path.name, path, wanted or manifest_profile(path, check), profile))
             continue
