@@ -32,10 +32,6 @@ from pathlib import Path
 import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-# The wheel under test comes first on PYTHONPATH; a developer's editable install of the checkout
-# must not fill in what the wheel lacks (that would hide a packaging bug), so its finder goes.
-sys.meta_path[:] = [f for f in sys.meta_path if not str(getattr(f, "__module__", "")).startswith("__editable__")]
-sys.path_hooks[:] = [h for h in sys.path_hooks if not str(getattr(h, "__module__", "")).startswith("__editable__")]
 
 REPO = Path(__file__).resolve().parents[2]
 DIGITS = REPO / "examples" / "digits"
@@ -188,7 +184,15 @@ def tamper(src: Path, dst: Path) -> dict:
     return {"node": last.name, "rotated": changed}
 
 
+def drop_editable_finders() -> None:
+    """The wheel under test comes first on PYTHONPATH; a developer's editable install of the checkout
+    must not fill in what the wheel lacks (that would hide a packaging bug), so its finders go."""
+    sys.meta_path[:] = [f for f in sys.meta_path if not str(getattr(f, "__module__", "")).startswith("__editable__")]
+    sys.path_hooks[:] = [h for h in sys.path_hooks if not str(getattr(h, "__module__", "")).startswith("__editable__")]
+
+
 def main() -> int:
+    drop_editable_finders()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--tamper", type=Path, help="write the tampered arm-cpu copy here (from --out/out/arm-cpu)")

@@ -12,14 +12,11 @@ output's last quantized tensor (``steps.json``): ``|a - b| / step``.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
 import numpy as np
-
-#: The threshold keys this harness evaluates (``accuracy.thresholds`` in the manifest).
-KNOWN_THRESHOLDS = ("min_cosine", "min_sqnr_db", "min_top1_agreement")
-
 
 # ----------------------------------------------------------------------------- metrics
 def is_class_scores(shape: tuple[int, ...]) -> bool:
@@ -54,24 +51,6 @@ def metrics(ref: np.ndarray, test: np.ndarray) -> dict[str, Any]:
     if is_class_scores(ref.shape[1:]):
         out["top1_agreement"] = float(np.mean(top1(ref) == top1(test)))
     return out
-
-
-def judge(m: dict[str, Any], thresholds: dict[str, Any], what: str) -> list[str]:
-    """Failures of metrics ``m`` against ``thresholds`` (empty: passed). Unknown keys are failures:
-    a threshold this harness cannot evaluate must not pass silently."""
-    if "error" in m:
-        return [f"{what}: {m['error']}"]
-    fails = []
-    for key, limit in thresholds.items():
-        if key == "min_cosine" and m["cosine"] < limit:
-            fails.append(f"{what}: cosine {m['cosine']:.4f} < {limit}")
-        elif key == "min_sqnr_db" and m["sqnr_db"] < limit:
-            fails.append(f"{what}: SQNR {m['sqnr_db']:.2f} dB < {limit} dB")
-        elif key == "min_top1_agreement" and "top1_agreement" in m and m["top1_agreement"] < limit:
-            fails.append(f"{what}: top-1 agreement {m['top1_agreement']:.3f} < {limit}")
-        elif key not in KNOWN_THRESHOLDS:
-            fails.append(f"{what}: threshold '{key}' is not evaluated by the arm64 harness (update compare.py)")
-    return fails
 
 
 def step_diff(a: np.ndarray, b: np.ndarray, step: float | None) -> dict[str, Any]:
@@ -172,15 +151,35 @@ def check_case(case: dict, arm: dict | None, x86: dict | None) -> list[str]:
     return f
 
 
+def gate_failures(verdict: dict[str, Any] | None, what: str, names: list[str]) -> list[str]:
+    """The failures the project's accuracy gate (``gate.py``) found, one line each."""
+    if not verdict:
+        return [f"{what}: no gate verdict"]
+    if "error" in verdict:
+        return [f"{what}: the gate could not judge it: {verdict['error']}"]
+    fails = []
+    for name in names:
+        m = verdict["outputs"].get(name)
+        if m is None:
+            fails.append(f"{what} {name}: not judged by the gate")
+            continue
+        fails += [f"{what} {name}: {f}" for f in m.get("failures", [])]
+    return fails
+
+
 def evaluate_case(case: dict, arm_out: dict[str, np.ndarray], x86_out: dict[str, np.ndarray],
                   float_out: dict[str, np.ndarray], steps: dict[str, float | None], labels: np.ndarray,
-                  thresholds: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
-    """Per output: ARM vs x86 (steps, top-1 agreement), top-1 accuracy, and ARM vs float under the gate.
+                  gate: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Per output: arm64 vs x86 twin (steps, top-1 agreement), top-1 accuracy, and the gate's verdicts.
+
+    Args:
+        gate: ``{"vs_float": verdict, "vs_x86": verdict}`` from ``gate.py`` (the project's accuracy
+            gate with the artifact's recorded kinds and its profile's thresholds).
 
     Returns:
-        (one row per output, failures). ARM vs float must pass ``thresholds`` (the profile's gate);
-        ARM vs x86 must pass them too (an ARM run no closer to x86 than the gate allows int8 to be
-        to float means something is broken on ARM, whatever the float comparison says).
+        (one row per output, failures). arm64 vs float must pass the gate; so must arm64 vs the x86
+        twin (an ARM run further from x86 than the gate allows int8 to be from float means
+        something is broken on ARM, whatever the float comparison says).
     """
     rows, fails = [], []
     cid = case["id"]
@@ -189,19 +188,26 @@ def evaluate_case(case: dict, arm_out: dict[str, np.ndarray], x86_out: dict[str,
             fails.append(f"{cid}: output '{name}' missing from the {'arm64' if name not in arm_out else 'x86'} run")
             continue
         a, x, fl = arm_out[name], x86_out[name], float_out[name]
-        row: dict[str, Any] = {"output": name, "vs_x86": metrics(x, a), "vs_float": metrics(fl, a),
-                               "x86_vs_float": metrics(fl, x)}
+        row: dict[str, Any] = {"output": name, "vs_x86": metrics(x, a), "vs_float": metrics(fl, a)}
+        for key in ("vs_x86", "vs_float"):
+            if "error" in row[key]:
+                fails.append(f"{cid} {name} arm64 {key.replace('_', ' ')}: {row[key]['error']}")
         if "error" not in row["vs_x86"]:
             row["diff"] = step_diff(a, x, steps.get(name))
         if is_class_scores(fl.shape[1:]) and len(labels) == len(fl):
             row["top1"] = {side: accuracy(v, labels) for side, v in (("arm64", a), ("x86", x), ("float", fl))
                            if np.asarray(v).shape == fl.shape}
-        fails += judge(row["vs_float"], thresholds, f"{cid} {name} arm64 vs float")
-        fails += judge(row["vs_x86"], thresholds, f"{cid} {name} arm64 vs x86")
         d = row.get("diff") or {}
         if d.get("step") and not d.get("on_grid"):
             fails.append(f"{cid} {name}: outputs are not on the {d['step']:.6g} step grid: the step read from the model is wrong")
+        for key in ("vs_float", "vs_x86"):
+            verdict = gate.get(key) or {}
+            row[f"gate_{key}"] = (verdict.get("outputs") or {}).get(name)
         rows.append(row)
+    names = [r["output"] for r in rows]
+    if names:
+        fails += gate_failures(gate.get("vs_float"), f"{cid} arm64 vs float", names)
+        fails += gate_failures(gate.get("vs_x86"), f"{cid} arm64 vs x86", names)
     extra = sorted(set(arm_out) - set(float_out))
     if extra:
         fails.append(f"{cid}: outputs {extra} have no float reference")
@@ -221,6 +227,27 @@ def _f(x: Any, nd: int = 4) -> str:
 
 def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def _num(x: Any) -> float | None:
+    if isinstance(x, str):
+        return {"inf": math.inf, "-inf": -math.inf}.get(x)
+    return None if x is None else float(x)
+
+
+def thresholds_text(th: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """The thresholds that judge these outputs' kinds (the manifest's ``accuracy.thresholds``)."""
+    kinds = {str((r.get("gate_vs_float") or {}).get("kind", "tensor")).split("(")[0] for r in rows} or {"tensor"}
+    parts = []
+    for kind in sorted(kinds):
+        if kind in ("scores", "logits"):
+            sc = th.get("scores") or {}
+            parts.append(f"top-1 ≥ {th.get('min_top1_agreement')}, score error ≤ {sc.get('max_score_error')}")
+        elif kind == "tensor":
+            parts.append(f"cosine ≥ {th.get('min_cosine')}, SQNR ≥ {th.get('min_sqnr_db')} dB")
+        else:
+            parts.append(f"{kind}: {json.dumps(th.get(kind) or th)}")
+    return "; ".join(parts)
 
 
 def render(report: dict[str, Any]) -> str:
@@ -271,10 +298,12 @@ def render(report: dict[str, Any]) -> str:
           "top-1 agreement vs x86 twin | max Δ vs converter host (its runtime) | top-1 accuracy arm64 / x86 twin / float |",
           "|---|---|---|---|---|---|---|---|---|"]
     gate = ["", "## Accuracy gate on aarch64: arm64 outputs vs the float model", "",
-            "The profile's thresholds from the manifest's `accuracy.thresholds`; a failure fails the run. "
-            "The arm64 outputs must also meet them against the x86 twin's.", "",
-            "| venv | profile / format | output | cosine | SQNR | max abs error | top-1 agreement | thresholds | verdict |",
-            "|---|---|---|---|---|---|---|---|---|"]
+            "Judged by the project's own gate (`edge_sdk.converters.accuracy.compare`, what `edge-sdk convert` "
+            "applies on the workstation) with the output kinds recorded in the manifest and the thresholds of the "
+            "profile embedded in it; a failure fails the run. The arm64 outputs must also pass it against the x86 "
+            "twin's. Cosine and SQNR are over all values, for the record.", "",
+            "| venv | profile / format | the gate's figures (arm64 vs float) | cosine, SQNR | thresholds | vs x86 twin | verdict |",
+            "|---|---|---|---|---|---|---|"]
 
     def delta(d: dict) -> str:
         if not d:
@@ -292,12 +321,12 @@ def render(report: dict[str, Any]) -> str:
         if prec:
             xp = ((c.get("x86") or {}).get("details") or {}).get("inference_precision")
             ran += f", {prec}" + (f" (x86: {xp})" if xp else "")
-        th = ", ".join(f"{k.replace('min_', '')} ≥ {v}" for k, v in c["thresholds"].items())
+        th = thresholds_text(c["thresholds"], c["rows"])
         verdict = "pass" if not c["failures"] else "**FAIL**"
         where = f"{c['venv']} | {c['profile']} / {c['format']}"
         if not c["rows"]:
             L.append(f"| {where} | {ran} | — | — | — | — | — | — |")
-            gate.append(f"| {where} | — | — | — | — | — | {th} | {verdict} |")
+            gate.append(f"| {where} | — | — | {th} | — | {verdict} |")
         for r in c["rows"]:
             d = r.get("diff") or {}
             vc = r.get("vs_converter") or {}
@@ -306,12 +335,11 @@ def render(report: dict[str, Any]) -> str:
             L.append(f"| {where} | {ran} | {r['output']} | {delta(d)} | {d.get('differing', '?')} / {d.get('values', '?')} | "
                      f"{_pct(r['vs_x86'].get('top1_agreement'))} | "
                      f"{delta(vc) + ' (' + vc['runtime'] + ')' if vc else 'n/a'} | {acc} |")
-            vf = r["vs_float"]
-            if "error" in vf:
-                gate.append(f"| {where} | {r['output']} | {vf['error']} | | | | {th} | {verdict} |")
-            else:
-                gate.append(f"| {where} | {r['output']} | {_f(vf['cosine'], 6)} | {_f(vf['sqnr_db'], 4)} dB | "
-                            f"{_f(vf['max_abs_err'], 3)} | {_pct(vf.get('top1_agreement'))} | {th} | {verdict} |")
+            gf, gx = r.get("gate_vs_float") or {}, r.get("gate_vs_x86") or {}
+            figures = gf.get("line", "no verdict")
+            cos = f"{_f(_num(gf.get('cosine')), 6)}, {_f(_num(gf.get('sqnr_db')), 4)} dB" if gf else "n/a"
+            twin = ("passes" if gx.get("passed", not gx.get("failures")) else "**fails**") if gx else "n/a"
+            gate.append(f"| {where} | {figures} | {cos} | {th} | {twin} | {verdict} |")
     L += gate
     st = report.get("selftest")
     L += ["", "## The harness can fail", ""]

@@ -135,8 +135,20 @@ def tree_digest(folder: Path) -> str:
 
 
 # ----------------------------------------------------------------------------- host artifacts
+#: Where the load crash guard remembers verified artifacts during a run (per run, so every run
+#: trial-loads each artifact once as a device's first load does, and no run touches ~/.cache/edge-sdk).
+VERIFIED_ENV = "EDGE_SDK_VERIFIED_CACHE"
+
+
+def host_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env[VERIFIED_ENV] = str(Path.cwd() / "verified-x86")  # cwd: the run's temp folder
+    env.update(extra)
+    return env
+
+
 def host_python_env(unpacked: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(unpacked), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    return host_env(PYTHONPATH=str(unpacked), TF_CPP_MIN_LOG_LEVEL="3")
 
 
 def ensure_artifacts(cache: Path, unpacked: Path, digest: str) -> Path:
@@ -255,12 +267,13 @@ def run_venv(v: dict, root: Path, work_in_root: str, cache: Path, wheel: Path, r
     t0 = time.monotonic()
     host.in_root(root, [f"{venv}/bin/python", f"{work_in_root}/device_check.py", "--cases", f"{work_in_root}/cases-{tag}.json",
                         "--data", f"{work_in_root}/data", "--out", f"{work_in_root}/out/{tag}"],
-                 what=f"device_check in the arm64 {name} venv", timeout=1800)
+                 what=f"device_check in the arm64 {name} venv", timeout=1800,
+                 env={VERIFIED_ENV: f"{work_in_root}/verified"})
     t_arm = time.monotonic() - t0
     t0 = time.monotonic()
     host.sh([str(x86_venv / "bin" / "python"), str(HERE / "device_check.py"), "--cases", str(x86_cases_file),
              "--data", str(DIGITS), "--out", str(results / "x86" / tag)], what=f"device_check in the x86 {name} venv",
-            timeout=1800, env={k: v_ for k, v_ in os.environ.items() if not k.startswith("PYTHON")})
+            timeout=1800, env=host_env())
     t_x86 = time.monotonic() - t0
     arm_dir = results / "arm64" / tag
     shutil.rmtree(arm_dir, ignore_errors=True)
@@ -291,18 +304,41 @@ def load_npz(path: Path) -> dict[str, np.ndarray]:
 
 
 def thresholds_of(folder: Path) -> dict:
+    """The manifest's ``accuracy.thresholds`` (for the report; the gate itself reads the profile)."""
     m = json.loads((folder / "manifest.json").read_text())
-    th = (m.get("accuracy") or {}).get("thresholds")
-    if not th:  # the profile's [accuracy] section, as embedded in the manifest
-        acc = (m["profile"]["spec"] or {}).get("accuracy") or {}
-        th = {k: acc[k] for k in compare.KNOWN_THRESHOLDS if k in acc}
-    if not th:
-        raise HarnessError(f"{folder}: no accuracy thresholds in the manifest or its profile")
-    return {k: v for k, v in th.items() if not isinstance(v, dict)} | {
-        f"{k}.{kk}": vv for k, v in th.items() if isinstance(v, dict) for kk, vv in v.items()}
+    return (m.get("accuracy") or {}).get("thresholds") or (m["profile"]["spec"] or {}).get("accuracy") or {}
 
 
-def judge_venv(run: dict, arts: Path, art_dir_for: dict[str, Path] | None = None,
+def run_gate(runs: list[dict], arts: Path, unpacked: Path, results: Path,
+             art_dir_for: dict[str, Path] | None = None) -> dict[str, dict]:
+    """The project's accuracy gate (gate.py, the wheel's code) on every case: arm64 vs float, arm64 vs x86."""
+    jobs = []
+    for run in runs:
+        for case in run["cases"]:
+            arm_npz, x86_npz = run["arm_dir"] / f"{case['id']}.npz", run["x86_dir"] / f"{case['id']}.npz"
+            if not (arm_npz.is_file() and x86_npz.is_file()):
+                continue  # check_case reports why
+            folder = str((art_dir_for or {}).get(case["id"], arts / "out" / case["profile"]))
+            jobs += [{"id": f"{case['id']}|vs_float", "folder": folder, "reference": str(arts / "float.npz"),
+                      "reference_prefix": f"{case['profile']}__", "test": str(arm_npz)},
+                     {"id": f"{case['id']}|vs_x86", "folder": folder, "reference": str(x86_npz), "test": str(arm_npz)}]
+    tag = "selftest" if art_dir_for else "all"
+    jobs_file, out = results / f"gate-jobs-{tag}.json", results / f"gate-{tag}.json"
+    jobs_file.write_text(json.dumps(jobs))
+    host.sh([sys.executable, str(HERE / "gate.py"), "--jobs", str(jobs_file), "--out", str(out)],
+            what="the accuracy gate on the arm64 outputs", env=host_python_env(unpacked), timeout=1800)
+    verdicts = json.loads(out.read_text())
+    where = verdicts.pop("edge_sdk")
+    if not where.startswith(str(unpacked)):
+        raise HarnessError(f"gate.py judged with edge_sdk from {where}, not the wheel under test")
+    gates: dict[str, dict] = {}
+    for key, verdict in verdicts.items():
+        cid, side = key.split("|")
+        gates.setdefault(cid, {})[side] = verdict
+    return gates
+
+
+def judge_venv(run: dict, arts: Path, gates: dict[str, dict], art_dir_for: dict[str, Path] | None = None,
                converter: Path | None = None) -> tuple[dict, list[dict], list[str]]:
     v = run["venv"]
     conv = json.loads((converter / "result.json").read_text()) if converter else {}
@@ -331,7 +367,8 @@ def judge_venv(run: dict, arts: Path, art_dir_for: dict[str, Path] | None = None
             float_out = {k[len(prefix):]: floats[k] for k in floats.files if k.startswith(prefix)}
             step = steps_all.get(f"{case['profile']}/{case['format']}", {})
             arm_out = load_npz(arm_npz)
-            rows, more = compare.evaluate_case(case, arm_out, load_npz(x86_npz), float_out, step, labels, th)
+            rows, more = compare.evaluate_case(case, arm_out, load_npz(x86_npz), float_out, step, labels,
+                                               gates.get(case["id"], {}))
             fails += more
             conv_npz = converter / f"{case['id']}.npz" if converter else None
             if conv_npz is not None and conv_npz.is_file():
@@ -387,7 +424,8 @@ def selftest(root: Path, work_in_root: str, cache: Path, wheel: Path, reqs: list
             "folder": f"{work_in_root}/tampered", "backend": "onnxruntime", "expect_strict_refusal": False,
             "expect": {"backend": "onnxruntime/CPUExecutionProvider", "fallback": False}}
     run = run_venv(v, root, work_in_root, cache, wheel, reqs, arts, results, extra_cases=[case])
-    _, cases, _ = judge_venv(run, arts, {case["id"]: tampered})
+    art_dir_for = {case["id"]: tampered}
+    _, cases, _ = judge_venv(run, arts, run_gate([run], arts, unpacked, results, art_dir_for), art_dir_for)
     fails = cases[0]["failures"]
     caught = any("vs float" in f for f in fails)
     what = f"{info['node']}: int8 weights and bias rotated by one class"
@@ -410,6 +448,7 @@ def main() -> int:
     args = ap.parse_args()
     t_start = time.monotonic()
     cache = args.cache.expanduser().resolve()
+    args.docs = args.docs.resolve()
     if REPO == cache or REPO in cache.parents:
         print(f"arm64: FAILED: the cache {cache} must live outside the clone", file=sys.stderr)
         return 2
@@ -421,6 +460,9 @@ def main() -> int:
         log(f"binfmt: {binfmt}")
         with cache_lock(cache), tempfile.TemporaryDirectory(prefix="edge-sdk-arm64-") as tmpd:
             work = Path(tmpd)
+            # Never run anything from the checkout: `python -m edge_sdk...` helpers (the load crash
+            # guard's trial server) would import the checkout's edge_sdk/ instead of the installed one.
+            os.chdir(work)
             t0 = time.monotonic()
             wheel, unpacked, digest, source = build_wheel(work, args.git_ref)
             reqs = requires_dist(unpacked)
@@ -461,8 +503,9 @@ def main() -> int:
                     converter = run_converter_reference(arts, unpacked, results)
                     report["converter_versions"] = json.loads((converter / "result.json").read_text())["versions"]
                     phases["venvs + device runs"] = time.monotonic() - t0
+                    gates = run_gate(runs, arts, unpacked, results)
                     for run in runs:
-                        venv_out, cases_out, fails = judge_venv(run, arts, converter=converter)
+                        venv_out, cases_out, fails = judge_venv(run, arts, gates, converter=converter)
                         report["venvs"].append(venv_out)
                         report["cases"] += cases_out
                         report["failures"] += fails

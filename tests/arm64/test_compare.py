@@ -1,8 +1,9 @@
 """The arm64 harness's judgement, without emulation: it passes honest results and fails broken ones.
 
 The results are synthetic digits-like class scores on the int8 step grid (1/256); the tampered
-ones are what a wrong ARM kernel or a damaged artifact produces. The harness's own preflight
-(binfmt) is checked on fake /proc/sys/fs/binfmt_misc trees.
+ones are what a wrong ARM kernel or a damaged artifact produces. The verdicts come from the
+project's real accuracy gate (``gate.verdicts``) with the arm-cpu profile's thresholds. The
+harness's own preflight (binfmt) is checked on fake /proc/sys/fs/binfmt_misc trees.
 """
 
 from __future__ import annotations
@@ -10,11 +11,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from arm64 import compare, host
+from arm64 import compare, gate, host
+from edge_sdk.outputs import OutputKind
+from edge_sdk.profiles import resolve_profile
 
 STEP = 1 / 256
 N, C = 300, 10
-THRESHOLDS = {"min_cosine": 0.98, "min_sqnr_db": 15.0, "min_top1_agreement": 0.9}
+SPEC = resolve_profile("arm-cpu").accuracy
+KINDS = {"probs": OutputKind(kind="scores")}
 CASE = {"id": "litert__arm-cpu__tflite-int8",
         "expect": {"backend": "litert/xnnpack", "fallback": False, "interpreter": "ai_edge_litert.interpreter"}}
 
@@ -37,9 +41,15 @@ def data():
     return {"labels": labels, "float": fl, "x86": x86, "arm": arm}
 
 
-def _eval(data, arm):
-    return compare.evaluate_case(CASE, {"probs": arm}, {"probs": data["x86"]}, {"probs": data["float"]},
-                                 {"probs": STEP}, data["labels"], THRESHOLDS)
+def _eval(data, arm, kinds=KINDS):
+    outs = {"arm": {"probs": arm}, "x86": {"probs": data["x86"]}, "float": {"probs": data["float"]}}
+    verdicts = {}
+    for key, ref in (("vs_float", "float"), ("vs_x86", "x86")):
+        try:
+            verdicts[key] = {"outputs": gate.verdicts(outs[ref], outs["arm"], kinds, SPEC)}
+        except Exception as exc:  # what gate.py records for a job it cannot judge
+            verdicts[key] = {"error": f"{type(exc).__name__}: {exc}"}
+    return compare.evaluate_case(CASE, outs["arm"], outs["x86"], outs["float"], {"probs": STEP}, data["labels"], verdicts)
 
 
 def test_honest_arm_results_pass_with_their_step_difference(data):
@@ -60,15 +70,21 @@ def test_identical_results_are_zero_steps_apart(data):
 def test_tampered_arm_result_fails_the_gate(data):
     """What the self-test's tampered artifact produces: every answer moved to the next class."""
     rows, fails = _eval(data, np.roll(data["arm"], 1, axis=-1))
-    assert any("arm64 vs float: top-1 agreement" in f for f in fails), fails
-    assert any("arm64 vs float: cosine" in f for f in fails)
-    assert any("arm64 vs x86" in f for f in fails)
-    assert rows[0]["top1"]["arm64"] < 0.2
+    assert any("arm64 vs float probs: top-1 agreement" in f for f in fails), fails
+    assert any("arm64 vs float probs: score error" in f for f in fails)
+    assert any("arm64 vs x86 probs: top-1 agreement" in f for f in fails)
+    assert rows[0]["top1"]["arm64"] < 0.2 and rows[0]["gate_vs_float"]["passed"] is False
 
 
-def test_small_but_real_drift_fails_on_sqnr(data):
-    drift = np.clip(data["arm"] + 40 * STEP * (np.arange(C) % 2), 0, 1)  # every other class +40 steps
+def test_scores_drifting_beyond_the_score_error_fail(data):
+    drift = np.clip(data["arm"] - 40 * STEP, 0, 1)  # every score 40 steps (0.16) lower: same top-1
     _, fails = _eval(data, drift)
+    assert any("score error" in f for f in fails) and not any("top-1" in f for f in fails), fails
+
+
+def test_an_unknown_kind_output_is_judged_by_cosine_and_sqnr(data):
+    noisy = data["arm"] + np.random.default_rng(1).normal(0, 0.08, data["arm"].shape)
+    _, fails = _eval(data, noisy, kinds={"probs": OutputKind(kind="tensor")})
     assert any("SQNR" in f for f in fails), fails
 
 
@@ -87,15 +103,16 @@ def test_broken_outputs_fail_not_crash(data, bad, msg):
 
 
 def test_missing_output_fails(data):
-    _, fails = compare.evaluate_case(CASE, {}, {"probs": data["x86"]}, {"probs": data["float"]}, {}, data["labels"],
-                                     THRESHOLDS)
+    _, fails = compare.evaluate_case(CASE, {}, {"probs": data["x86"]}, {"probs": data["float"]}, {}, data["labels"], {})
     assert fails == [f"{CASE['id']}: output 'probs' missing from the arm64 run"]
 
 
-def test_unknown_threshold_is_a_failure_not_a_silent_pass(data):
-    _, fails = compare.evaluate_case(CASE, {"probs": data["arm"]}, {"probs": data["x86"]}, {"probs": data["float"]},
-                                     {"probs": STEP}, data["labels"], {**THRESHOLDS, "max_score_error": 0.1})
-    assert any("'max_score_error' is not evaluated" in f for f in fails)
+def test_a_missing_or_failed_gate_verdict_is_a_failure(data):
+    outs = ({"probs": data["arm"]}, {"probs": data["x86"]}, {"probs": data["float"]})
+    _, fails = compare.evaluate_case(CASE, *outs, {"probs": STEP}, data["labels"],
+                                     {"vs_float": {"error": "TypeError: compare() changed"}})
+    assert f"{CASE['id']} arm64 vs float: the gate could not judge it: TypeError: compare() changed" in fails
+    assert f"{CASE['id']} arm64 vs x86: no gate verdict" in fails
 
 
 def _rec(**kw):
