@@ -173,9 +173,12 @@ class _Client:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
+        self._pid = os.getpid()
         self._buf = b""
 
     def _start(self) -> subprocess.Popen:
+        if self._pid != os.getpid():  # forked from the process that started the helper (its pipes are
+            self._proc, self._pid = None, os.getpid()  # the parent's): start this process's own
         if self._proc is None or self._proc.poll() is not None:
             env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
             self._proc = subprocess.Popen([sys.executable, "-m", "edge_sdk.runtimes.trial_server"],
@@ -233,6 +236,8 @@ class _Client:
 
 _CLIENT = _Client()
 atexit.register(_CLIENT.stop)
+if hasattr(os, "register_at_fork"):  # an app that forks after loading gets its own helper (and an unheld lock)
+    os.register_at_fork(after_in_child=lambda: _CLIENT.__init__())
 
 
 def _once(req: dict[str, Any], timeout: float) -> dict[str, Any]:
