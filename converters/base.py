@@ -61,6 +61,7 @@ class ConvertJob:
             Tensor names match ``source.inputs``/``source.outputs``. Read it through
             :meth:`onnx`: for float TFLite sources it is made only when a format needs it.
         onnx_provider: Makes ``static_onnx`` on first use (set by the pipeline).
+        tflite_provider: Makes the folded float TFLite of a TFLite source on first use.
     """
 
     source: SourceModel
@@ -76,6 +77,7 @@ class ConvertJob:
     options: dict[str, Any] = field(default_factory=dict)
     static_onnx: Path | None = None
     onnx_provider: Callable[[], Path] | None = None
+    tflite_provider: Callable[[], Path] | None = None
 
     def onnx(self) -> Path:
         """The static float ONNX form of the source, made on first use where the source is not ONNX.
@@ -90,6 +92,17 @@ class ConvertJob:
                                   "and this job has none.",
                                   "Convert through edge_sdk.convert() / `edge-sdk convert`, which makes it.")
         return self.static_onnx
+
+    def float_tflite(self) -> Path:
+        """A float TFLite source with its sparse/fp16 weights folded to dense float32 constants
+        (:func:`~edge_sdk.converters.tflite_native.fold_constants`); the source itself otherwise.
+
+        Raises:
+            ConversionError: the source is not TFLite, or its weights cannot be folded.
+        """
+        if self.source.format != "tflite":
+            raise ConversionError(f"float_tflite() is for TFLite sources; this one is {self.source.format}.")
+        return self.tflite_provider() if self.tflite_provider is not None else Path(self.source.path)
 
 
 @dataclass

@@ -93,7 +93,7 @@ def _convert_formats(ctx: BuildContext, stage: Path) -> tuple[dict[str, FormatRe
         job = ConvertJob(source=ctx.source, profile=ctx.profile, input_shapes=ctx.prep.shapes.shapes, calib=cs.calib,
                          holdout=cs.holdout, calibrated=cs.calibrated, preprocess=cs.preprocess, workdir=stage,
                          scratch=ctx.scratch / fmt, log=lambda m, f=fmt: ctx.say(f"{f}: {m}"),
-                         options=dict(ctx.options), onnx_provider=ctx.prep.onnx)
+                         options=dict(ctx.options), onnx_provider=ctx.prep.onnx, tflite_provider=ctx.prep.tflite)
         try:
             results[fmt] = _run_format(fmt, job)
         except ConversionError as exc:

@@ -108,9 +108,28 @@ def _load_array_file(path: Path) -> dict[str, np.ndarray] | np.ndarray:
                                "Write it again with numpy.save / numpy.savez.") from None
 
 
+def short_name(name: str) -> str:
+    """The name a user knows a TF-exported tensor by: ``serving_default_image:0`` -> ``image``."""
+    import re
+
+    return re.sub(r"^serving_default_", "", re.sub(r":\d+$", "", name))
+
+
+def _apply_short_names(arrays: dict[str, np.ndarray], names: list[str]) -> None:
+    """Rename (in place) arrays given under an input's short name to the input's tensor name."""
+    shorts = {}
+    for n in names:
+        shorts.setdefault(short_name(n), []).append(n)
+    for key in [k for k in arrays if k not in names]:
+        match = shorts.get(key, [])
+        if len(match) == 1 and match[0] not in arrays:
+            arrays[match[0]] = arrays.pop(key)
+
+
 def _check_arrays(arrays: dict[str, np.ndarray], inputs: list[TensorSpec], shapes: dict[str, list[int]],
                   where: str) -> int:
     names = [s.name for s in inputs]
+    _apply_short_names(arrays, names)
     missing, extra = sorted(set(names) - set(arrays)), sorted(set(arrays) - set(names))
     if missing or extra:
         raise CalibrationError(f"{where}: arrays {sorted(arrays)} do not match the model inputs {names}"

@@ -32,7 +32,7 @@ def _read(job: ConvertJob):
     # Keras goes through its static ONNX form: convert_model on a loaded Keras 3 model object
     # gave a wrong int8 IR for the second profile of a run in our tests (gate cosine 0.17, cause
     # not isolated), while the ONNX form is exact.
-    src = job.onnx() if job.source.format == "keras" else job.source.path
+    src = {"keras": job.onnx, "tflite": job.float_tflite}.get(job.source.format, lambda: job.source.path)()
     try:
         # ONNX (and TFLite) files go through Core.read_model, the frontend alone; convert_model adds
         # its own graph transformations, after which NNCF placed quantizers less well: on the bundled
@@ -46,9 +46,25 @@ def _read(job: ConvertJob):
                 port.get_tensor().set_names({spec.name})
         model.reshape({name: ov.PartialShape(shape) for name, shape in job.input_shapes.items()})
     except Exception as exc:  # noqa: BLE001 - OpenVINO raises C++ exceptions as RuntimeError subclasses
-        raise ConversionError(f"OpenVINO could not convert {src.name}: {str(exc).strip().splitlines()[0][:300]}",
-                              "An op may be unsupported by OpenVINO's frontend.") from None
+        raise _frontend_error(ov, job, exc) from None
     return model, str(src)
+
+
+def _frontend_error(ov, job: ConvertJob, exc: BaseException) -> ConversionError:
+    """OpenVINO's failure in one line: the op it has no translator for, and who can run the model instead."""
+    import re
+
+    text = str(exc)
+    missing = re.findall(r"No (?:translator|conversion rule) found for (\S+?)(?: node)?\.", text)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith(("Exception from", "Check "))]
+    detail = lines[0][:300] if lines else type(exc).__name__
+    name = Path(job.source.path).name
+    if missing:
+        hint = ("LiteRT runs TFLite custom ops: the TFLite formats (profiles arm-cpu, coral-edgetpu) still convert."
+                if job.source.format == "tflite" else "Replace the op before export, or target a profile whose runtime has it.")
+        return ConversionError(f"OpenVINO {ov.get_version().split('-')[0]} cannot read op {', '.join(sorted(set(missing)))} "
+                               f"of {name} (its {job.source.format} frontend has no translator for it).", hint)
+    return ConversionError(f"OpenVINO could not convert {name}: {detail}", "An op may be unsupported by OpenVINO's frontend.")
 
 
 def _specs(model) -> tuple[list[TensorSpec], list[TensorSpec]]:

@@ -117,6 +117,7 @@ class Prepared:
     reference_runtime: str
     kinds: dict[str, OutputKind]
     onnx: Callable[[], Path]
+    tflite: Callable[[], Path] | None = None
 
 
 def convert(model, profiles, out, *, calib=None, calib_count: int | None = None, input_shapes=None, preprocess=None,
@@ -235,8 +236,9 @@ def _raise_if_failed(summary: ConvertSummary) -> None:
 
     def what(p: ProfileSummary) -> str:
         bad = [o for o in p.outcomes if o.status in ("conversion_failed", "gate_failed")]
-        return f"{p.profile}: " + ("; ".join(f"{o.format} {o.status.replace('_', ' ')}: {_first(o.reason)}" for o in bad)
-                                   if bad else p.error)
+        return f"{p.profile}: " + ("; ".join(f"{o.format} {o.status.replace('_', ' ')}: "
+                                             + (o.reason if o.status == "conversion_failed" else _first(o.reason))
+                                             for o in bad) if bad else p.error)
 
     if failed_conv:
         exc: ConversionError = ConversionError(
@@ -269,7 +271,8 @@ def _prepare(source: SourceModel, shapes: StaticShapes, prof: Profile, calib, ca
         f"{cs.info['holdout_samples']} for the accuracy gate ({cs.info['holdout_source']})")
     for w in cs.warnings:
         log(f"warning: {w}")
-    onnx = _onnx_provider(source, shapes, folder / "float_static.onnx", log)
+    tflite = _memo(lambda: _fold_tflite(source, folder / "float_folded.tflite", log)) if source.format == "tflite" else None
+    onnx = _memo(lambda: _static_onnx(source, shapes, folder / "float_static.onnx", tflite, log))
     if source.format != "tflite":  # the float reference of ONNX/TF sources and the kinds read it
         onnx()
     log("running the float reference on the held-back samples")
@@ -277,27 +280,42 @@ def _prepare(source: SourceModel, shapes: StaticShapes, prof: Profile, calib, ca
     kinds = acc.infer_kinds(source.outputs, ref, _graph(source, onnx), declared)
     for row in acc.kinds_table(kinds):
         log(f"output {row['output']}: {row['kind']} ({row['source']}: {row['reason']})")
-    return Prepared(shapes, cs, ref, runtime, kinds, onnx)
+    return Prepared(shapes, cs, ref, runtime, kinds, onnx, tflite)
 
 
-def _onnx_provider(source: SourceModel, shapes: StaticShapes, path: Path, log) -> Callable[[], Path]:
-    """Make the static float ONNX once, on first use; a failure is remembered and raised again."""
+def _memo(make: Callable[[], Path]) -> Callable[[], Path]:
+    """Run ``make`` once, on first use; its result (or its ConversionError) is remembered."""
     state: dict[str, Any] = {}
 
-    def make() -> Path:
-        if "path" in state:
-            return state["path"]
+    def get() -> Path:
         if "error" in state:
             raise state["error"]
-        log("exporting the static float model (ONNX)")
-        try:
-            state["path"] = to_static_onnx(source, shapes.shapes, path)
-        except ConversionError as exc:
-            state["error"] = exc
-            raise
+        if "path" not in state:
+            try:
+                state["path"] = make()
+            except ConversionError as exc:
+                state["error"] = exc
+                raise
         return state["path"]
 
-    return make
+    return get
+
+
+def _fold_tflite(source: SourceModel, path: Path, log) -> Path:
+    from .tflite_native import fold_constants
+
+    folded, counts = fold_constants(Path(source.path).read_bytes())
+    if not counts:
+        return Path(source.path)
+    log("folded constant weights of the TFLite source: " + ", ".join(f"{n} x{c}" for n, c in counts.items()))
+    path = path.with_name(f"{Path(source.path).stem}.folded.tflite")
+    path.write_bytes(folded)
+    return path
+
+
+def _static_onnx(source: SourceModel, shapes: StaticShapes, path: Path, tflite, log) -> Path:
+    log("exporting the static float model (ONNX)")
+    return to_static_onnx(source, shapes.shapes, path, tflite_path=tflite() if tflite is not None else None)
 
 
 def _graph(source: SourceModel, onnx: Callable[[], Path]):

@@ -217,12 +217,8 @@ def fix_onnx_shapes(model, input_shapes: dict[str, list[int]]):
 _KNOWN_DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
 
 
-def check_ops(model) -> None:
-    """Refuse ops no target here can run (custom domains, unknown op names), naming each one.
-
-    Raises:
-        ConversionError: listing the unsupported ops and the nodes that use them.
-    """
+def unknown_ops(model) -> dict[str, list[str]]:
+    """Ops outside the standard ONNX domains (or unknown to them): ``{"domain::Op": [node names]}``."""
     from onnx import defs
 
     bad: dict[str, list[str]] = {}
@@ -233,11 +229,67 @@ def check_ops(model) -> None:
         if not known:
             key = f"{node.domain + '::' if node.domain else ''}{node.op_type}"
             bad.setdefault(key, []).append(node.name or "<unnamed>")
-    if bad:
-        listing = "; ".join(f"{op} (nodes: {', '.join(nodes[:3])}{'...' if len(nodes) > 3 else ''})" for op, nodes in bad.items())
-        raise ConversionError(f"The model uses op(s) that ONNX Runtime, OpenVINO and TFLite cannot run: {listing}.",
-                              "Replace them with standard ONNX ops before export (or register the custom op "
-                              "in every target runtime).")
+    return bad
+
+
+def check_ops(model) -> None:
+    """Refuse a graph with non-standard ops that the installed runtimes really cannot run.
+
+    ONNX Runtime (a session is created) and OpenVINO (``read_model``) are asked, not assumed;
+    a TFLite custom op that tf2onnx passed through (``TFL_...``) is said to run in LiteRT.
+
+    Raises:
+        ConversionError: naming each op, which runtimes can and cannot run it, and what to do.
+    """
+    bad = unknown_ops(model)
+    if not bad:
+        return
+    verdicts = _runtime_verdicts(model)
+    if verdicts.get("onnxruntime") is True:
+        return  # a custom op ONNX Runtime has (e.g. a registered contrib op): the ONNX formats can run it
+    listing = "; ".join(f"{op} (nodes: {', '.join(n[:40] for n in nodes[:2])}{'...' if len(nodes) > 2 else ''})"
+                        for op, nodes in bad.items())
+    can = [r for r, ok in verdicts.items() if ok is True]
+    cannot = [r for r, ok in verdicts.items() if ok is False]
+    tflite_custom = [op.split("TFL_", 1)[1] for op in bad if "TFL_" in op]
+    msg = f"Op(s) {listing}: checked here, {' and '.join(cannot) or 'no runtime'} cannot run them"
+    if can:
+        msg += f"; {' and '.join(can)} can"
+    hint = "Replace them with standard ONNX ops before export."
+    if tflite_custom:
+        msg += f"; they are TFLite custom op(s) ({', '.join(tflite_custom)}) that LiteRT runs"
+        hint = "The TFLite formats (profiles arm-cpu, coral-edgetpu) take the model as it is; ONNX targets need it without the custom op."
+    elif verdicts.get("openvino") is True:
+        hint = "OpenVINO runs them: the intel-cpu profile can take this model. " + hint
+    raise ConversionError(msg + ".", hint)
+
+
+def _runtime_verdicts(model) -> dict[str, bool | None]:
+    """Can ONNX Runtime / OpenVINO build this graph? (None: that runtime is not installed.)"""
+    import tempfile
+
+    from edge_sdk._deps import available
+
+    out: dict[str, bool | None] = {}
+    blob = model.SerializeToString()
+    if available("onnxruntime"):
+        ort = require("onnxruntime", "checking ops")
+        try:
+            ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
+            out["onnxruntime"] = True
+        except Exception:  # noqa: BLE001 - ORT raises its own types for unknown ops
+            out["onnxruntime"] = False
+    if available("openvino"):
+        ov = require("openvino", "checking ops")
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "m.onnx"
+            path.write_bytes(blob)
+            try:
+                ov.Core().read_model(str(path))
+                out["openvino"] = True
+            except Exception:  # noqa: BLE001 - OpenVINO raises RuntimeError subclasses
+                out["openvino"] = False
+    return out
 
 
 def _ort_message(exc: BaseException) -> str:
@@ -270,13 +322,15 @@ def _tf_function_to_onnx(fn, source: SourceModel, input_shapes: dict[str, list[i
                               "An op may be unsupported by ONNX; try an OpenVINO or TFLite profile.") from None
 
 
-def to_static_onnx(source: SourceModel, input_shapes: dict[str, list[int]], out: str | Path) -> Path:
+def to_static_onnx(source: SourceModel, input_shapes: dict[str, list[int]], out: str | Path,
+                   tflite_path: Path | None = None) -> Path:
     """Write the source as a float ONNX file with all shapes static; tensor names match the source.
 
     Args:
         source: The source model.
         input_shapes: Static shape per input name.
         out: Path of the ONNX file to write.
+        tflite_path: For a TFLite source, the file tf2onnx reads (the folded form; default the source).
 
     Returns:
         ``out``.
@@ -303,14 +357,38 @@ def to_static_onnx(source: SourceModel, input_shapes: dict[str, list[int]], out:
         tf2onnx = require("tf2onnx", "exporting TFLite models to ONNX")
         try:
             with quiet(Path(out).parent / "tf2onnx.log"):
-                tf2onnx.convert.from_tflite(str(source.path), opset=TF2ONNX_OPSET, output_path=str(out))
+                tf2onnx.convert.from_tflite(str(tflite_path or source.path), opset=TF2ONNX_OPSET, output_path=str(out))
         except Exception as exc:  # noqa: BLE001
-            raise ConversionError(f"tf2onnx could not convert {source.path}: {str(exc)[:300]}") from None
+            raise _tf2onnx_error(source, exc) from None
         model = onnx.load(str(out))
     _check_names(model, source)
     model = fix_onnx_shapes(model, input_shapes)
     onnx.save(model, str(out))
     return out
+
+
+def _tf2onnx_error(source: SourceModel, exc: BaseException) -> ConversionError:
+    """tf2onnx's failure, naming the custom ops it cannot read and who can run the model instead."""
+    from .tflite_native import custom_ops
+
+    text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+    customs = custom_ops(Path(source.path).read_bytes())
+    if customs or "custom" in text.lower() or "Unsupported ops" in text:
+        ops = ", ".join(customs) or "custom ops"
+        return ConversionError(
+            f"No ONNX form of {source.path.name}: tf2onnx {version_of_tf2onnx()} cannot read its TFLite op(s) {ops} "
+            f"({text}); ONNX Runtime and TensorRT formats need that form.",
+            "LiteRT runs the model as it is: the TFLite formats (profiles arm-cpu, coral-edgetpu) still convert. "
+            "For ONNX targets, export the model without the custom op.")
+    return ConversionError(f"tf2onnx could not convert {source.path.name}: {text}",
+                           "The TFLite formats (arm-cpu, coral-edgetpu) and OpenVINO (intel-cpu) read TFLite "
+                           "directly and may still convert.")
+
+
+def version_of_tf2onnx() -> str:
+    from edge_sdk._deps import version_of
+
+    return version_of("tf2onnx") or ""
 
 
 def _as_list(y) -> list:

@@ -12,14 +12,15 @@ Routes, by source format (a registry, :data:`ROUTES`):
   source took. ``job.options["tflite_input_layout"] = "nhwc"`` exposes onnx2tf's NHWC input
   instead: the calibration feeds are transposed to match, the input spec says ``NHWC`` with
   the real shape, and ``backend_options["input_transpose"]`` gives the permutation.
-* ``tflite`` (float): ai-edge-quantizer static int8 calibrated on ``job.calib`` (see
-  :mod:`.tflite_float_route`); integer I/O by LiteRT's model-interface tool. If the quantizer
-  cannot take the model, the pipeline's static float ONNX of it goes the ONNX route (recorded).
+* ``tflite`` (float): quantized without leaving TFLite (:mod:`.tflite_native`: sparse and fp16
+  weights folded, calibrated in LiteRT, TensorFlow's MLIR quantizer), signature or not, custom ops
+  kept float. Only if that fails does the static float ONNX of it go the ONNX route (recorded).
 
 The profile decides the scheme: ``quantization.input_dtype/output_dtype`` (float32 keeps float
 I/O, int8/uint8 makes integer I/O), ``quantization.weights`` (per-tensor for the Edge TPU), and
 a profile with an ``[operators]`` table (coral-edgetpu) allows integer builtin ops only: a float
-op left in the graph is a :class:`~edge_sdk.errors.ConversionError` naming it. For such
+builtin op left in the graph is a :class:`~edge_sdk.errors.ConversionError` naming it (custom ops,
+which nothing can quantize, stay float and count against the accelerator's share). For such
 profiles the Edge TPU pre-check runs and, if ``edgetpu_compiler`` is on PATH, the compiler.
 """
 
@@ -55,6 +56,7 @@ class Converted:
         tensor_names: Source tensor name -> TFLite tensor name, where they differ.
         input_perms: Source input name -> permutation from the source layout to the model's.
         warnings: Things the user should know.
+        custom_ops: Custom ops left in the model (float; counted against an accelerator's share).
     """
 
     model: bytes
@@ -63,6 +65,7 @@ class Converted:
     tensor_names: dict[str, str] = field(default_factory=dict)
     input_perms: dict[str, list[int]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    custom_ops: list[str] = field(default_factory=list)
 
 
 #: source format -> route (the pipeline never asks for a format without a route; a user may).
@@ -108,44 +111,37 @@ def _onnx(job: ConvertJob) -> Converted:
 
 @ROUTES.register("tflite")
 def _tflite(job: ConvertJob) -> Converted:
-    """Float TFLite: ai-edge-quantizer static int8; the static-ONNX route if it cannot.
-
-    The fallback goes through the pipeline's static float ONNX of the model (tf2onnx) and then
-    onnx2tf + TFLiteConverter like an ONNX source; it is recorded in the route and warned about.
+    """Float TFLite: quantized without leaving TFLite (:mod:`.tflite_native`); the ONNX detour
+    (tf2onnx -> onnx2tf -> TFLiteConverter) only when the native route cannot make the model.
     """
-    from .tflite_float_route import quantize_float_tflite
-
-    from .edgetpu import precheck
+    from .tflite_native import quantize_float_tflite
 
     q = job.profile.quantization
     calib_arrays(job, [s.name for s in job.source.inputs], {})  # same checks as the other routes
-    has_onnx = job.static_onnx is not None or job.onnx_provider is not None  # None only for jobs built by hand
+    recipe = job.options.get("recipe") or {}
     try:
-        with quiet(Path(job.scratch) / "ai_edge_quantizer.log"):
-            model = quantize_float_tflite(Path(job.source.path).read_bytes(), job.input_shapes, job.calib,
-                                          per_tensor=q.weights == "per-tensor", input_dtype=q.input_dtype,
-                                          output_dtype=q.output_dtype)
-        converted = Converted(model, "tflite (float) -> ai-edge-quantizer static int8" + (
-            "" if q.input_dtype == "float32" else f" -> LiteRT model interface ({q.input_dtype} I/O)"),
-            _tool_versions("ai-edge-quantizer", "ai-edge-litert"))
-        report = precheck(model, job.profile.operators) if job.profile.operators.compiler else None
-        if report is None or report.ok or not has_onnx:
-            return converted
-        # The quantizer does not fold shape arithmetic (SHAPE -> STRIDED_SLICE -> RESHAPE) and
-        # dequantizes around ops it skips; TFLiteConverter on the static graph folds them, so an
-        # accelerator profile gets the graph the Edge TPU can take whole.
-        reason = f"its int8 model is not Edge TPU-clean ({report.lines()[0]})."
+        model, facts = quantize_float_tflite(
+            Path(job.source.path).read_bytes(), job.input_shapes, job.calib, per_tensor=q.weights == "per-tensor",
+            input_dtype=q.input_dtype, output_dtype=q.output_dtype, float_nodes=recipe.get("float_nodes", ()),
+            float_ops=recipe.get("float_ops", ()), log=Path(job.scratch) / "tflite_quantizer.log")
     except ConversionError as exc:
-        reason = exc.message
-    if not has_onnx:
-        raise ConversionError(
-            f"Float TFLite {Path(job.source.path).name}: {reason} The other route needs the pipeline's static "
-            "ONNX form of the model (ConvertJob.static_onnx), and this job has none.",
-            "Convert through edge_sdk.convert() / `edge-sdk convert`, or start from the Keras, SavedModel "
-            "or ONNX form of the model.")
-    converted = _via_onnx(job, job.onnx(), "tflite -> tf2onnx (static ONNX)")
-    converted.tools.update(_tool_versions("tf2onnx"))
-    converted.warnings.append(f"ai-edge-quantizer: {reason} Used the tf2onnx -> onnx2tf route instead.")
+        has_onnx = job.static_onnx is not None or job.onnx_provider is not None  # None only for jobs built by hand
+        if not has_onnx:
+            raise
+        job.log(f"native TFLite route failed ({exc.message}); trying tf2onnx -> onnx2tf")
+        converted = _via_onnx(job, job.onnx(), "tflite -> tf2onnx (static ONNX)")
+        converted.tools.update(_tool_versions("tf2onnx"))
+        converted.warnings.append(f"the native TFLite route failed ({exc.message}); made through tf2onnx -> onnx2tf")
+        return converted
+    steps = ["tflite (float)"]
+    if facts["folded"]:
+        steps.append("fold " + "+".join(sorted(facts["folded"])))
+    steps += [f"LiteRT calibration ({facts['calibrated_tensors']} tensors)", "MLIR quantizer int8"]
+    converted = Converted(model, " -> ".join(steps), _tool_versions("tensorflow", "ai-edge-litert"))
+    if facts["custom_ops"]:
+        converted.warnings.append(f"custom op(s) {', '.join(facts['custom_ops'])} stay float (LiteRT runs them on the "
+                                  "CPU; no quantizer can touch them)")
+    converted.custom_ops = list(facts["custom_ops"])
     return converted
 
 
@@ -221,6 +217,27 @@ def _float_ops(model: bytes) -> list[str]:
             if i.op not in ("QUANTIZE", "DEQUANTIZE", "SHAPE") and any("float" in r for r in i.reasons)]
 
 
+def _custom_tail(model: bytes) -> int | None:
+    """Index of the first op of the CPU tail a custom op makes: the custom op itself, or the
+    DEQUANTIZE ops feeding it (their float outputs belong to the tail too)."""
+    from .graph import from_tflite
+
+    g = from_tflite(model)
+    first = next((k for k, n in enumerate(g.nodes) if n.native.startswith("CUSTOM:")), None)
+    if first is None:
+        return None
+    feeders = [g.producer(t) for t in g.nodes[first].inputs if t]
+    return min([first] + [g.nodes.index(p) for p in feeders if p is not None and p.native == "DEQUANTIZE"])
+
+
+def _issue_at_or_after(line: str, index: int) -> bool:
+    """For a pre-check line ``op #N ...``: is N >= index (model-level lines never are)."""
+    import re
+
+    found = re.match(r"op #(\d+)", line)
+    return bool(found) and int(found.group(1)) >= index
+
+
 def _edgetpu_step(job: ConvertJob, model: bytes, model_path: Path, result: FormatResult) -> None:
     """Pre-check, then compile if the compiler is here; fills ``result`` in place.
 
@@ -231,7 +248,10 @@ def _edgetpu_step(job: ConvertJob, model: bytes, model_path: Path, result: Forma
 
     report = precheck(model, job.profile.operators)
     result.backend_options["edgetpu_precheck"] = report.to_dict()
-    blocking = report.blocking
+    # A custom op (which nothing quantizes) ends what the compiler maps: it and everything after it
+    # run on the CPU, float included. Only what comes before it must be Edge TPU-clean.
+    tail = _custom_tail(model)
+    blocking = [b for b in report.blocking if tail is None or not _issue_at_or_after(b, tail)]
     if blocking:
         raise ConversionError(
             f"The int8 model cannot run on the Edge TPU: {'; '.join(blocking[:5])}"
@@ -239,8 +259,11 @@ def _edgetpu_step(job: ConvertJob, model: bytes, model_path: Path, result: Forma
             "Replace the named ops with ones that quantize to int8, or use the arm-cpu profile.",
         )
     for line in report.lines():
-        if not report.ok or line.startswith("about"):
+        if line.startswith("about") or (not report.ok and tail is None):
             result.warnings.append(f"Edge TPU pre-check: {line}")
+    if tail is not None:
+        result.warnings.append(f"Edge TPU: custom op at #{tail} ends the mapped part; it and the "
+                               f"{report.total_ops - tail - 1} op(s) after it run on the CPU")
     compiled = compile_model(model_path, model_path.parent, job.profile.operators.compiler or "edgetpu_compiler")
     result.backend_options["edgetpu"] = compiled.to_dict()
     if compiled.compiled:
@@ -272,9 +295,10 @@ def convert(job: ConvertJob) -> FormatResult:
     model = converted.model
     strict_int = integer_only(job)
     float_ops = _float_ops(model)
-    if float_ops and strict_int:
+    blocking = [f for f in float_ops if not f.split(" ", 1)[-1].startswith("CUSTOM:")]
+    if blocking and strict_int:
         raise ConversionError(
-            f"Ops left in float after int8 quantization for {job.profile.name}: {', '.join(float_ops[:8])}.",
+            f"Ops left in float after int8 quantization for {job.profile.name}: {', '.join(blocking[:8])}.",
             "This target runs integer ops only; replace these ops in the model, or use the arm-cpu profile.",
         )
     model_path = job.workdir / MODEL_FILE

@@ -178,7 +178,8 @@ def float_tflite(sources, tmp_path_factory):
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_float_tflite_with_ai_edge_quantizer(float_tflite, sources, tmp_path, profile):
+def test_float_tflite_quantized_natively(float_tflite, sources, tmp_path, profile):
+    """No ONNX detour: LiteRT calibration + the MLIR quantizer on the float flatbuffer itself."""
     from ai_edge_litert.interpreter import Interpreter
 
     from edge_sdk.converters.tflite_int8 import convert
@@ -188,7 +189,8 @@ def test_float_tflite_with_ai_edge_quantizer(float_tflite, sources, tmp_path, pr
                       [tm.TensorSpec("probs", [-1, tm.NUM_CLASSES], "float32")], {name: [1, 16, 16, 3]}, tmp_path)
     res = convert(job)
     q = resolve_profile(profile).quantization
-    assert res.route.startswith("tflite (float) -> ai-edge-quantizer static int8")
+    assert res.route.startswith("tflite (float) -> LiteRT calibration") and "MLIR quantizer int8" in res.route
+    assert "tf2onnx" not in res.tools and "onnx2tf" not in res.tools
     assert (res.inputs[0].dtype, res.outputs[0].dtype) == (q.input_dtype, q.output_dtype)
     assert res.inputs[0].shape == [1, 16, 16, 3]
     interp = Interpreter(model_path=str(job.workdir / res.model_file))
@@ -205,14 +207,15 @@ def test_float_tflite_with_ai_edge_quantizer(float_tflite, sources, tmp_path, pr
         assert res.backend_options["edgetpu_precheck"]["ok"]
 
 
-def test_float_tflite_without_static_onnx_says_what_to_do(sources, tmp_path):
+def test_float_tflite_the_native_route_cannot_take_needs_the_onnx_form(sources, tmp_path):
+    """A Keras file mislabelled as TFLite: the native route fails, and the detour needs the pipeline's ONNX."""
     from edge_sdk.converters.tflite_int8 import convert
 
     job = tm.keras_job(sources["keras"], "arm-cpu", tmp_path)
     job.source.format = "tflite"
-    with pytest.raises(ConversionError, match="static ONNX") as err:
+    with pytest.raises(ConversionError) as err:
         convert(job)
-    assert "edge-sdk convert" in err.value.hint
+    assert "TFLite model" in err.value.message
 
 
 def _conv_weight_scales(path) -> list[int]:

@@ -71,7 +71,7 @@ def test_cli_writes_int8_tflite_for_both_profiles(cli_runs, fmt):
         metrics = next(iter(gate["outputs"].values()))
         assert metrics["cosine"] >= prof.accuracy.min_cosine and metrics["top1_agreement"] >= 0.9
         route = manifest["backend_options"]["routes"]["tflite-int8"]
-        assert "TFLiteConverter" in route or "ai-edge-quantizer" in route
+        assert "TFLiteConverter" in route or "MLIR quantizer" in route
         if name == "coral-edgetpu":
             pre = manifest["backend_options"]["edgetpu_precheck"]
             assert pre["ok"] and pre["tpu_fraction"] == 1.0
@@ -82,14 +82,14 @@ def test_cli_writes_int8_tflite_for_both_profiles(cli_runs, fmt):
 
 
 def test_tflite_source_routes_are_recorded(cli_runs):
-    """arm-cpu: ai-edge-quantizer. coral: its model keeps a float SHAPE chain, so the static-ONNX route."""
+    """Both TFLite profiles quantize the float TFLite itself; no tf2onnx/onnx2tf detour."""
     _, dest = cli_runs["tflite"]
-    arm = json.loads((dest / "arm-cpu" / "manifest.json").read_text())
-    assert arm["backend_options"]["routes"]["tflite-int8"].startswith("tflite (float) -> ai-edge-quantizer")
-    assert "ai-edge-quantizer" in arm["tools"]
+    for name in ("arm-cpu", "coral-edgetpu"):
+        m = json.loads((dest / name / "manifest.json").read_text())
+        assert m["backend_options"]["routes"]["tflite-int8"].startswith("tflite (float) -> LiteRT calibration")
+        assert "onnx2tf" not in m["tools"]
     coral = json.loads((dest / "coral-edgetpu" / "manifest.json").read_text())
-    assert coral["backend_options"]["routes"]["tflite-int8"].startswith("tflite -> tf2onnx")
-    assert any("not Edge TPU-clean" in w and "DEQUANTIZE" in w for w in coral["warnings"])
+    assert coral["backend_options"]["edgetpu_precheck"]["ok"] and "tf2onnx" not in coral["tools"]  # nothing needed ONNX
 
 
 def test_python_api_edge_tpu_leaky_model(tmp_path, e2e_inputs):

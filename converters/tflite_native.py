@@ -1,0 +1,266 @@
+"""Float TFLite -> int8 TFLite without leaving TFLite: fold, calibrate with LiteRT, quantize with MLIR.
+
+Model-zoo TFLite files (MediaPipe's above all) carry no SignatureDef, sparse weights behind
+``DENSIFY``, fp16 weights behind ``DEQUANTIZE`` and custom ops that only LiteRT's XNNPACK runs
+(``Convolution2DTransposeBias``). Every other tool trips on one of these. This route:
+
+1. **folds** ``DENSIFY``/``DEQUANTIZE`` chains over constants into dense float32 constants
+   (:func:`fold_constants`), computed by LiteRT itself on a sub-model of just those ops, so
+   sparse and fp16 weights are read exactly as the runtime reads them. Every route (OpenVINO's
+   TFLite frontend, tf2onnx for the ONNX formats) starts from this dense model;
+2. writes the static input shapes (:func:`static_shapes`);
+3. **calibrates** by running the model in the LiteRT interpreter (the one that runs the custom
+   ops) over the calibration feeds and recording every float activation's min/max in the
+   flatbuffer (what TensorFlow's own calibrator records; no signature needed);
+4. **quantizes** with TensorFlow's MLIR quantizer (``mlir_quantize``, the quantizer behind
+   ``TFLiteConverter``), with the profile's weight granularity and I/O dtypes, and with nodes or
+   op types kept in float on request (mixed precision). Custom ops stay float, with
+   quantize/dequantize around them, and are reported by name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from edge_sdk._deps import require
+from edge_sdk.errors import ConversionError
+
+FOLDABLE = ("DENSIFY", "DEQUANTIZE")
+
+
+def _schema():
+    return require("ai_edge_litert.schema_py_generated", "rewriting TFLite models", extra="litert")
+
+
+def _builtin_names(schema) -> dict[int, str]:
+    return {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_") and isinstance(v, int)}
+
+
+def _load(model: bytes):
+    schema = _schema()
+    try:
+        return schema, schema.ModelT.InitFromPackedBuf(bytearray(model), 0)
+    except Exception as exc:  # noqa: BLE001 - flatbuffers raises assorted errors on garbage
+        raise ConversionError(f"Not a readable TFLite model ({type(exc).__name__}).") from None
+
+
+def _pack(m, size_hint: int) -> bytes:
+    import flatbuffers
+
+    builder = flatbuffers.Builder(size_hint + 1024)
+    builder.Finish(m.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+def _op_names(schema, m) -> list[str]:
+    names = _builtin_names(schema)
+    out = []
+    for oc in m.operatorCodes:
+        code = max(oc.builtinCode, oc.deprecatedBuiltinCode)
+        name = names.get(code, f"BUILTIN_{code}")
+        if name == "CUSTOM":
+            custom = oc.customCode.decode() if isinstance(oc.customCode, bytes) else str(oc.customCode)
+            name = f"CUSTOM:{custom}"
+        out.append(name)
+    return out
+
+
+def custom_ops(model: bytes) -> list[str]:
+    """Names of the custom ops a TFLite model uses (e.g. ``Convolution2DTransposeBias``)."""
+    schema, m = _load(model)
+    used = {m.subgraphs[s].operators[k].opcodeIndex for s in range(len(m.subgraphs or []))
+            for k in range(len(m.subgraphs[s].operators or []))}
+    names = _op_names(schema, m)
+    return sorted({names[i].split(":", 1)[1] for i in used if names[i].startswith("CUSTOM:")})
+
+
+def _is_const(m, sg, idx: int) -> bool:
+    t = sg.tensors[idx]
+    buf = m.buffers[t.buffer] if 0 <= t.buffer < len(m.buffers) else None
+    return buf is not None and ((buf.data is not None and len(buf.data) > 0) or (buf.offset or 0) > 1)
+
+
+def fold_constants(model: bytes) -> tuple[bytes, dict[str, int]]:
+    """Replace ``DENSIFY``/``DEQUANTIZE`` chains over constants by dense float32 constants.
+
+    Returns:
+        (the folded model, ``{op name: count folded}``); the input itself when there is nothing to fold.
+
+    Raises:
+        ConversionError: the model cannot be read, or LiteRT cannot evaluate the folded ops.
+    """
+    schema, m = _load(model)
+    if not m.subgraphs:
+        raise ConversionError("The TFLite model has no subgraph.")
+    sg = m.subgraphs[0]
+    names = _op_names(schema, m)
+    fold, made, counts = [], set(), {}
+    for k, op in enumerate(sg.operators or []):
+        name = names[op.opcodeIndex]
+        if name in FOLDABLE and all(i < 0 or i in made or _is_const(m, sg, i) for i in op.inputs):
+            fold.append(k)
+            made.update(int(o) for o in op.outputs)
+            counts[name] = counts.get(name, 0) + 1
+    if not fold:
+        return model, {}
+    consumed = {int(i) for k, op in enumerate(sg.operators) if k not in set(fold) for i in op.inputs if i >= 0}
+    keep = sorted({int(o) for k in fold for o in sg.operators[k].outputs} & (consumed | {int(o) for o in sg.outputs}))
+    values = _evaluate(model, [sg.operators[k] for k in fold], keep)
+    for idx in keep:
+        buf = schema.BufferT()
+        buf.data = np.frombuffer(np.ascontiguousarray(values[idx]).tobytes(), np.uint8)
+        m.buffers.append(buf)
+        t = sg.tensors[idx]
+        t.buffer = len(m.buffers) - 1
+        t.sparsity = None
+    dropped = set(fold)
+    sg.operators = [op for k, op in enumerate(sg.operators) if k not in dropped]
+    used = {int(i) for op in sg.operators for i in list(op.inputs) + list(op.outputs) if i >= 0}
+    used |= {int(i) for i in list(sg.inputs) + list(sg.outputs)}
+    for idx, t in enumerate(sg.tensors):  # the sparse / fp16 originals: nobody reads them any more
+        if idx not in used and 0 <= t.buffer < len(m.buffers) and idx not in keep:
+            m.buffers[t.buffer].data = None
+    return _pack(m, len(model) + sum(v.nbytes for v in values.values())), counts
+
+
+def _evaluate(model: bytes, ops: list, outputs: list[int]) -> dict[int, np.ndarray]:
+    """Run just ``ops`` (constant inputs only) in LiteRT, without delegates; their outputs by index."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    schema, sub = _load(model)
+    ssg = sub.subgraphs[0]
+    ssg.operators = ops
+    ssg.inputs = []
+    ssg.outputs = list(outputs)
+    sub.subgraphs = [ssg]
+    sub.signatureDefs = []
+    try:
+        it = Interpreter(model_content=_pack(sub, len(model)),
+                         experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+        it.allocate_tensors()
+        it.invoke()
+        return {d["index"]: it.get_tensor(d["index"]).copy() for d in it.get_output_details()}
+    except Exception as exc:  # noqa: BLE001 - LiteRT raises RuntimeError/ValueError
+        raise ConversionError(f"LiteRT could not densify the model's constant weights: {str(exc)[:200]}") from None
+
+
+def static_shapes(model: bytes, input_shapes: dict[str, list[int]]) -> bytes:
+    """Drop the dynamic dims (``shape_signature``); the static shape must be the file's default.
+
+    Raises:
+        ConversionError: an input's static shape differs from the model's default shape.
+    """
+    _, m = _load(model)
+    for sg in m.subgraphs:
+        for idx in sg.inputs:
+            t = sg.tensors[idx]
+            name = t.name.decode() if isinstance(t.name, bytes) else t.name
+            want = input_shapes.get(name)
+            if want is not None and list(t.shape) != list(want):
+                raise ConversionError(f"Input '{name}': static shape {want} differs from the model's default shape "
+                                      f"{list(t.shape)}; a float TFLite source is converted at its own shape.")
+        for t in sg.tensors:
+            t.shapeSignature = None
+    return _pack(m, len(model))
+
+
+def calibrate(model: bytes, feeds: Iterable[dict[str, np.ndarray]]) -> tuple[bytes, int]:
+    """Record every float activation's min/max over ``feeds`` into the flatbuffer.
+
+    The model runs in LiteRT with its default delegate (XNNPACK implements MediaPipe's custom
+    ops), with every float activation made a model output so that each is really computed.
+
+    Returns:
+        (the calibrated model, number of tensors with statistics).
+
+    Raises:
+        ConversionError: LiteRT cannot run the model, or a feed does not fit it.
+    """
+    from ai_edge_litert.interpreter import Interpreter
+
+    schema, m = _load(model)
+    sg = m.subgraphs[0]
+    floats = [i for i, t in enumerate(sg.tensors) if t.type == schema.TensorType.FLOAT32 and not _is_const(m, sg, i)]
+    model_inputs = {int(i) for i in sg.inputs}
+    lo = {i: np.inf for i in floats}
+    hi = {i: -np.inf for i in floats}
+    # Every float activation becomes a model output: a delegate (XNNPACK, which also runs MediaPipe's
+    # custom ops) must then write each one out instead of keeping it inside its partition, where
+    # ``preserve_all_tensors`` would silently read stale memory.
+    _, probe = _load(model)
+    probe.subgraphs[0].outputs = sorted(set(int(o) for o in probe.subgraphs[0].outputs) | (set(floats) - model_inputs))
+    probe.signatureDefs = []
+    try:
+        it = Interpreter(model_content=_pack(probe, len(model)))
+        it.allocate_tensors()
+        inputs = {d["name"]: d["index"] for d in it.get_input_details()}
+        outputs = [d["index"] for d in it.get_output_details() if d["index"] in lo]
+        for feed in feeds:
+            for name, arr in feed.items():
+                it.set_tensor(inputs[name], np.asarray(arr, np.float32))
+            it.invoke()
+            for i in outputs + [inputs[n] for n in feed if inputs[n] in lo]:
+                a = it.get_tensor(i)
+                if a.size:
+                    lo[i] = min(lo[i], float(np.min(a)))
+                    hi[i] = max(hi[i], float(np.max(a)))
+    except KeyError as exc:
+        raise ConversionError(f"Calibration feed names input {exc}, which the TFLite model does not have.") from None
+    except Exception as exc:  # noqa: BLE001 - LiteRT raises RuntimeError/ValueError
+        raise ConversionError(f"LiteRT could not run the float TFLite model for calibration: {str(exc)[:300]}") from None
+    count = 0
+    for i in floats:
+        if np.isfinite(lo[i]) and np.isfinite(hi[i]):
+            t = sg.tensors[i]
+            if t.quantization is None:
+                t.quantization = schema.QuantizationParametersT()
+            t.quantization.min, t.quantization.max = [lo[i]], [hi[i]]
+            count += 1
+    return _pack(m, len(model)), count
+
+
+def quantize(calibrated: bytes, *, per_tensor: bool, input_dtype: str, output_dtype: str,
+             float_nodes: Iterable[str] = (), float_ops: Iterable[str] = (), log: Path | None = None) -> bytes:
+    """Quantize a calibrated model with TensorFlow's MLIR quantizer.
+
+    Args:
+        calibrated: Output of :func:`calibrate`.
+        per_tensor: Per-tensor weights (the Edge TPU) instead of per-channel.
+        input_dtype / output_dtype: ``float32``, ``int8`` or ``uint8``.
+        float_nodes: Tensor names of ops to keep in float (mixed precision).
+        float_ops: Op types (TFLite builtin names, e.g. ``"MEAN"``) to keep in float.
+        log: Where the quantizer's console output goes.
+
+    Raises:
+        ConversionError: the quantizer failed.
+    """
+    from .console import import_tensorflow, quiet
+
+    tf = import_tensorflow("int8 TFLite quantization")
+    from tensorflow.lite.python import convert
+
+    types = {"float32": tf.float32, "int8": tf.int8, "uint8": tf.uint8}
+    try:
+        with quiet(log or Path("/dev/null")):
+            return bytes(convert.mlir_quantize(
+                calibrated, disable_per_channel=per_tensor, input_data_type=types[input_dtype],
+                output_data_type=types[output_dtype], denylisted_ops=sorted(set(float_ops)) or None,
+                denylisted_nodes=sorted(set(float_nodes)) or None))
+    except Exception as exc:  # noqa: BLE001 - the converter raises ConverterError and friends
+        first = next((ln for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+        raise ConversionError(f"TensorFlow's quantizer could not quantize the TFLite model: {first[:300]}") from None
+
+
+def quantize_float_tflite(model: bytes, input_shapes: dict[str, list[int]], calib: list[dict], *, per_tensor: bool,
+                          input_dtype: str, output_dtype: str, float_nodes: Iterable[str] = (),
+                          float_ops: Iterable[str] = (), log: Path | None = None) -> tuple[bytes, dict[str, Any]]:
+    """fold -> static shapes -> calibrate -> quantize; returns the int8 model and what was done."""
+    folded, counts = fold_constants(model)
+    static = static_shapes(folded, input_shapes)
+    calibrated, n_stats = calibrate(static, calib)
+    q = quantize(calibrated, per_tensor=per_tensor, input_dtype=input_dtype, output_dtype=output_dtype,
+                 float_nodes=float_nodes, float_ops=float_ops, log=log)
+    return q, {"folded": counts, "calibrated_tensors": n_stats, "custom_ops": custom_ops(model)}
