@@ -31,9 +31,16 @@ ROOT_RECIPE = {
     "recipe_version": 1,
 }
 
-#: The emulated CPU: a Raspberry Pi 4's core. qemu's default "max" CPU makes OpenVINO's ARM CPU
-#: plugin die with SIGILL (it probes features "max" advertises but qemu 7.2 cannot execute).
-QEMU_CPU = "cortex-a72"
+#: The emulated CPUs, each with the /proc/cpuinfo block it shows (see CPUINFO below):
+#: Cortex-A72 = Raspberry Pi 4 (ARMv8.0-A: NEON, no dotprod, no fp16 arithmetic);
+#: Cortex-A76 = Raspberry Pi 5 (ARMv8.2-A: dotprod and fp16 arithmetic, so runtimes pick other kernels
+#: and OpenVINO infers in f16). Concrete cores, not qemu's "max", so the features are a real board's.
+CPUS = {
+    "cortex-a72": ("0xd08", "fp asimd evtstrm aes pmull sha1 sha2 crc32 cpuid"),
+    "cortex-a76": ("0xd0b", "fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm "
+                            "lrcpc dcpop asimddp"),
+}
+QEMU_CPU = "cortex-a72"  # the default: installs, doctor and the self-test run on it
 
 BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
 
@@ -180,10 +187,10 @@ def refresh_root_config(root: Path) -> None:
     if not bundle.is_file():
         raise HarnessError(f"{bundle} is missing on the host: pip inside the arm64 root needs the host's CA bundle")
     shutil.copyfile(bundle, root / "etc/edge-sdk/host-ca.crt")
-    if QEMU_CPU != "cortex-a72":
-        raise HarnessError(f"CPUINFO_A72 describes a cortex-a72; write the /proc/cpuinfo of {QEMU_CPU} first")
     cpus = len(os.sched_getaffinity(0))  # the /sys the root sees lists the host's CPUs
-    (root / CPUINFO_FILE.lstrip("/")).write_text("".join(CPUINFO_A72.format(i=i) for i in range(cpus)))
+    for name, (part, features) in CPUS.items():
+        text = "".join(CPUINFO.format(i=i, part=part, features=features) for i in range(cpus))
+        (root / cpuinfo_file(name).lstrip("/")).write_text(text)
 
 
 def chroot_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -203,22 +210,28 @@ def chroot_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 #: through; qemu 8.1+ emulates this file itself). With the x86 text and the host's /sys both in
 #: view, the cpuinfo library in ai-edge-litert 2.3.0 segfaults creating an interpreter; without
 #: /sys, OpenVINO's ARM CPU plugin segfaults (it needs the sysfs CPU topology). A real board has
-#: both, consistent: so the root gets the host's /sys and this file for /proc/cpuinfo.
-CPUINFO_A72 = ("processor\t: {i}\nBogoMIPS\t: 108.00\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 cpuid\n"
-               "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: 0xd08\nCPU revision\t: 3\n\n")
-CPUINFO_FILE = "/etc/edge-sdk/cpuinfo"
+#: both, consistent: so the root gets the host's /sys and this text for /proc/cpuinfo.
+CPUINFO = ("processor\t: {i}\nBogoMIPS\t: 108.00\nFeatures\t: {features}\nCPU implementer\t: 0x41\n"
+           "CPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: {part}\nCPU revision\t: 0\n\n")
 
-MOUNT_SCRIPT = ('set -e; R="$1"; shift; mount -t proc proc "$R/proc"; '
-                f'mount --bind "$R{CPUINFO_FILE}" "$R/proc/cpuinfo"; mount -t sysfs sysfs "$R/sys"; '
+
+def cpuinfo_file(cpu: str) -> str:
+    return f"/etc/edge-sdk/cpuinfo-{cpu}"
+
+
+MOUNT_SCRIPT = ('set -e; R="$1"; C="$2"; shift 2; mount -t proc proc "$R/proc"; '
+                'mount --bind "$R$C" "$R/proc/cpuinfo"; mount -t sysfs sysfs "$R/sys"; '
                 'mount --rbind /dev "$R/dev"; exec chroot "$R" /usr/bin/env -i "$@"')
 
 
 def in_root(root: Path, argv: list[str], *, what: str, timeout: float = 1800, env: dict | None = None,
-            check: bool = True) -> subprocess.CompletedProcess:
-    """Run ``argv`` inside the root (aarch64 under qemu), in a private mount namespace."""
-    assigns = [f"{k}={v}" for k, v in chroot_env(env).items()]
+            check: bool = True, cpu: str = QEMU_CPU) -> subprocess.CompletedProcess:
+    """Run ``argv`` inside the root (aarch64 under qemu as ``cpu``), in a private mount namespace."""
+    if cpu not in CPUS:
+        raise HarnessError(f"no /proc/cpuinfo is written for {cpu}; add it to CPUS")
+    assigns = [f"{k}={v}" for k, v in chroot_env({**(env or {}), "QEMU_CPU": cpu}).items()]
     cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", MOUNT_SCRIPT, "sh", str(root),
-           *assigns, *argv]
+           cpuinfo_file(cpu), *assigns, *argv]
     return sh(cmd, what=what, timeout=timeout, check=check)
 
 

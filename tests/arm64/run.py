@@ -27,6 +27,7 @@
 from __future__ import annotations
 
 import argparse
+import collections
 import concurrent.futures as cf
 import contextlib
 import fcntl
@@ -37,6 +38,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -77,8 +79,8 @@ def install_spec(v: dict, wheel: str) -> list[str]:
     return [f"{wheel}[{v['extra']}]" if v["extra"] else wheel, *v["reqs"]]
 
 
-def cases_of(v: dict, arts: str) -> list[dict]:
-    return [{"id": f"{v['name']}__{prof}__{fmt}", "venv": v["name"], "profile": prof, "format": fmt,
+def cases_of(v: dict, arts: str, cpu: str) -> list[dict]:
+    return [{"id": f"{v['name']}@{cpu}__{prof}__{fmt}", "venv": v["name"], "cpu": cpu, "profile": prof, "format": fmt,
              "folder": f"{arts}/{prof}", "backend": backend, "expect_strict_refusal": bool(exp.get("strict_refusal")),
              "expect": exp} for prof, fmt, backend, exp in v["cases"]]
 
@@ -187,10 +189,17 @@ def arm_venv_key(v: dict, reqs: list[str]) -> str:
 
 #: venvs already prepared (wheel reinstalled, pip check clean) in this run: path -> (freeze, created)
 _PREPARED: dict[str, tuple[str, bool]] = {}
+#: one preparer per venv at a time (each venv runs on several emulated CPUs, in parallel)
+_LOCKS: dict[str, threading.Lock] = collections.defaultdict(threading.Lock)
 
 
 def ensure_arm_venv(root: Path, v: dict, wheel_in_root: str, reqs: list[str]) -> tuple[str, str, bool]:
     """(venv path inside the root, pip freeze, created now?)."""
+    with _LOCKS["arm64 " + v["name"]]:
+        return _ensure_arm_venv(root, v, wheel_in_root, reqs)
+
+
+def _ensure_arm_venv(root: Path, v: dict, wheel_in_root: str, reqs: list[str]) -> tuple[str, str, bool]:
     path = f"{ROOT_VENVS}/{v['name']}-{arm_venv_key(v, reqs)}"
     if path in _PREPARED:
         return path, *_PREPARED[path]
@@ -224,6 +233,11 @@ def constraints_from(freeze: str) -> str:
 
 def ensure_x86_venv(cache: Path, v: dict, wheel: Path, reqs: list[str], arm_freeze: str) -> Path:
     """The x86-64 twin: the same extra, pinned to exactly the versions pip chose on arm64."""
+    with _LOCKS["x86 " + v["name"]]:
+        return _ensure_x86_venv(cache, v, wheel, reqs, arm_freeze)
+
+
+def _ensure_x86_venv(cache: Path, v: dict, wheel: Path, reqs: list[str], arm_freeze: str) -> Path:
     cons = constraints_from(arm_freeze)
     key = host.key_of({"name": v["name"], "cons": cons, "reqs": v["reqs"], "requires_dist": reqs,
                        "python": platform.python_version(), "recipe": VENV_RECIPE_VERSION})
@@ -250,16 +264,16 @@ def ensure_x86_venv(cache: Path, v: dict, wheel: Path, reqs: list[str], arm_free
 
 
 # ----------------------------------------------------------------------------- one venv, both sides
-def run_venv(v: dict, root: Path, work_in_root: str, cache: Path, wheel: Path, reqs: list[str], arts: Path,
-             results: Path, extra_cases: list[dict] | None = None) -> dict:
-    name = v["name"]
+def run_venv(v: dict, cpu: str, root: Path, work_in_root: str, cache: Path, wheel: Path, reqs: list[str],
+             arts: Path, results: Path, extra_cases: list[dict] | None = None) -> dict:
+    name = f"{v['name']}@{cpu}"
     wheel_in_root = f"{work_in_root}/{wheel.name}"
     venv, freeze, created = ensure_arm_venv(root, v, wheel_in_root, reqs)
     x86_venv = ensure_x86_venv(cache, v, wheel, reqs, freeze)
-    arm_cases = extra_cases if extra_cases is not None else cases_of(v, f"{work_in_root}/arts")
+    arm_cases = extra_cases if extra_cases is not None else cases_of(v, f"{work_in_root}/arts", cpu)
     x86_cases = [{**c, "folder": c["folder"].replace(f"{work_in_root}/arts", str(arts / "out"))
                   .replace(f"{work_in_root}/tampered", str(results.parent / "tampered"))} for c in arm_cases]
-    tag = "selftest" if extra_cases is not None else name
+    tag = f"selftest@{cpu}" if extra_cases is not None else name
     root_work = root / work_in_root.lstrip("/")
     (root_work / f"cases-{tag}.json").write_text(json.dumps(arm_cases))
     x86_cases_file = results / f"cases-{tag}-x86.json"
@@ -268,7 +282,7 @@ def run_venv(v: dict, root: Path, work_in_root: str, cache: Path, wheel: Path, r
     host.in_root(root, [f"{venv}/bin/python", f"{work_in_root}/device_check.py", "--cases", f"{work_in_root}/cases-{tag}.json",
                         "--data", f"{work_in_root}/data", "--out", f"{work_in_root}/out/{tag}"],
                  what=f"device_check in the arm64 {name} venv", timeout=1800,
-                 env={VERIFIED_ENV: f"{work_in_root}/verified"})
+                 env={VERIFIED_ENV: f"{work_in_root}/verified-{cpu}"}, cpu=cpu)
     t_arm = time.monotonic() - t0
     t0 = time.monotonic()
     host.sh([str(x86_venv / "bin" / "python"), str(HERE / "device_check.py"), "--cases", str(x86_cases_file),
@@ -279,7 +293,7 @@ def run_venv(v: dict, root: Path, work_in_root: str, cache: Path, wheel: Path, r
     shutil.rmtree(arm_dir, ignore_errors=True)
     shutil.copytree(root_work / "out" / tag, arm_dir)
     log(f"{tag}: device_check arm64 {t_arm:.0f} s, x86 {t_x86:.0f} s")
-    return {"venv": v, "cases": arm_cases, "arm_dir": arm_dir, "x86_dir": results / "x86" / tag,
+    return {"venv": v, "cpu": cpu, "cases": arm_cases, "arm_dir": arm_dir, "x86_dir": results / "x86" / tag,
             "created": created, "freeze": freeze, "seconds": {"arm64": round(t_arm), "x86": round(t_x86)}}
 
 
@@ -287,7 +301,7 @@ def run_converter_reference(arts: Path, unpacked: Path, results: Path) -> Path:
     """The same cases on the converting host's own stack (the pinned ``[convert]`` runtimes in
     .venv, the wheel's code): what the accuracy gate saw at conversion time. Reported beside the
     like-for-like x86 twin, not judged: a device runs whatever runtime version it installed."""
-    cases = [c for v in VENVS for c in cases_of(v, str(arts / "out"))]
+    cases = [c for v in VENVS for cpu in host.CPUS for c in cases_of(v, str(arts / "out"), cpu)]
     cases_file = results / "cases-converter.json"
     cases_file.write_text(json.dumps(cases))
     out = results / "converter"
@@ -344,7 +358,8 @@ def judge_venv(run: dict, arts: Path, gates: dict[str, dict], art_dir_for: dict[
     conv = json.loads((converter / "result.json").read_text()) if converter else {}
     arm = json.loads((run["arm_dir"] / "result.json").read_text())
     x86 = json.loads((run["x86_dir"] / "result.json").read_text())
-    failures = compare.check_venv(v["name"], arm, x86, {"doctor": v["doctor"], "dist": v["dist"]})
+    label = f"{v['name']} @ {run['cpu']}"
+    failures = compare.check_venv(label, arm, x86, {"doctor": v["doctor"], "dist": v["dist"]})
     floats = np.load(arts / "float.npz")
     images = [str(x) for x in floats["images"]]
     labels_map = json.loads((DIGITS / "val_labels.json").read_text())
@@ -380,10 +395,10 @@ def judge_venv(run: dict, arts: Path, gates: dict[str, dict], art_dir_for: dict[
                         row["vs_converter"] = {**compare.step_diff(arm_out[name], conv_out[name], step.get(name)),
                                                **compare.metrics(conv_out[name], arm_out[name]),
                                                "runtime": _runtime_of(conv_rec, conv.get("versions", {}))}
-        cases_out.append({"id": case["id"], "venv": v["name"], "profile": case["profile"], "format": case["format"],
+        cases_out.append({"id": case["id"], "venv": label, "profile": case["profile"], "format": case["format"],
                           "arm": arm_rec, "x86": x86_rec, "rows": rows, "failures": fails, "thresholds": th})
         failures += fails
-    venv_out = {"name": v["name"], "install": " ".join(install_spec(v, "edge_sdk-*.whl")), "dist": v["dist"],
+    venv_out = {"name": label, "install": " ".join(install_spec(v, "edge_sdk-*.whl")), "dist": v["dist"],
                 "doctor_profiles": ["arm-cpu", "coral-edgetpu", "intel-cpu"], "arm": arm, "x86": x86}
     return venv_out, cases_out, failures
 
@@ -420,10 +435,11 @@ def selftest(root: Path, work_in_root: str, cache: Path, wheel: Path, reqs: list
     shutil.rmtree(dst, ignore_errors=True)
     shutil.copytree(tampered, dst)
     v = next(x for x in VENVS if x["name"] == SELFTEST_VENV)
-    case = {"id": "selftest__arm-cpu-tampered__onnx-qdq", "venv": v["name"], "profile": "arm-cpu", "format": "onnx-qdq",
+    case = {"id": "selftest__arm-cpu-tampered__onnx-qdq", "venv": v["name"], "cpu": host.QEMU_CPU, "profile": "arm-cpu",
+            "format": "onnx-qdq",
             "folder": f"{work_in_root}/tampered", "backend": "onnxruntime", "expect_strict_refusal": False,
             "expect": {"backend": "onnxruntime/CPUExecutionProvider", "fallback": False}}
-    run = run_venv(v, root, work_in_root, cache, wheel, reqs, arts, results, extra_cases=[case])
+    run = run_venv(v, host.QEMU_CPU, root, work_in_root, cache, wheel, reqs, arts, results, extra_cases=[case])
     art_dir_for = {case["id"]: tampered}
     _, cases, _ = judge_venv(run, arts, run_gate([run], arts, unpacked, results, art_dir_for), art_dir_for)
     fails = cases[0]["failures"]
@@ -432,7 +448,7 @@ def selftest(root: Path, work_in_root: str, cache: Path, wheel: Path, reqs: list
     log(f"self-test: tampered artifact {'FAILED the gate, as it must' if caught else 'PASSED: the harness cannot fail'}")
     for f in fails[:4]:
         log(f"  self-test failure: {f}")
-    return {"venv": v["name"], "what": what, "caught": caught, "failures": fails}
+    return {"venv": f"{v['name']} @ {host.QEMU_CPU}", "what": what, "caught": caught, "failures": fails}
 
 
 def main() -> int:
@@ -490,15 +506,15 @@ def main() -> int:
             results = work / "results"
             results.mkdir()
             report = {"date": time.strftime("%Y-%m-%d"), "host": f"{platform.machine()} {_cpu()}",
-                      "qemu": host.qemu_version(), "qemu_cpu": host.QEMU_CPU, "root": host.ROOT_RECIPE,
+                      "qemu": host.qemu_version(), "qemu_cpus": list(host.CPUS), "root": host.ROOT_RECIPE,
                       "root_python": root_python, "wheel": wheel.name, "source": source,
                       "venvs": [], "cases": [], "failures": [], "selftest": None}
             try:
                 t0 = time.monotonic()
                 if not args.selftest_tamper:
                     with cf.ThreadPoolExecutor(2) as pool:
-                        futs = [pool.submit(run_venv, v, root, work_in_root, cache, wheel, reqs, arts, results)
-                                for v in VENVS]
+                        futs = [pool.submit(run_venv, v, cpu, root, work_in_root, cache, wheel, reqs, arts, results)
+                                for cpu in host.CPUS for v in VENVS]
                         runs = [f.result() for f in futs]
                     converter = run_converter_reference(arts, unpacked, results)
                     report["converter_versions"] = json.loads((converter / "result.json").read_text())["versions"]
