@@ -118,9 +118,32 @@ def _static_copy(onnx_path: Path, input_shapes: dict[str, list[int]], work: Path
             for dim, value in zip(dims, input_shapes[inp.name]):
                 dim.Clear()
                 dim.dim_value = int(value)
+    _sanitize_node_names(model)
     path = work / "static_input.onnx"
     onnx.save(model, str(path))
     return path
+
+
+def _sanitize_node_names(model) -> int:
+    """Node names onnx2tf can use as TensorFlow scope names (``^[A-Za-z0-9_.\\/>-]*$``), unique.
+
+    Exporters write names such as ``Softmax@0`` (paddle2onnx) that TensorFlow refuses as a scope:
+    onnx2tf then fails on an op that has nothing wrong with it. Tensor names are left alone
+    (inputs and outputs keep theirs)."""
+    seen: set[str] = set()
+    changed = 0
+    for i, node in enumerate(model.graph.node):
+        name = re.sub(r"[^A-Za-z0-9_.\\/>-]", "_", node.name) if node.name else f"{node.op_type}_{i}"
+        if not name or not name[0].isalnum():
+            name = f"n{name}"
+        base, k = name, 1
+        while name in seen:
+            name, k = f"{base}_{k}", k + 1
+        seen.add(name)
+        if name != node.name:
+            node.name = name
+            changed += 1
+    return changed
 
 
 def _write_sample_file(workdir: Path, input_shapes: dict[str, list[int]], calib: list[dict]) -> None:
@@ -255,7 +278,12 @@ def onnx_to_savedmodel(
         **_layout_args(input_shapes, keep_layout),
     }
     (work / "args.json").write_text(json.dumps(args), encoding="utf-8")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="-1", PYTHONUNBUFFERED="1")
+    # onnx2tf runs `onnxsim` as a command: without our environment's bin on PATH (a venv used
+    # without activating it) it silently skips simplification, and real models then fail to
+    # convert (PP-OCRv4's recogniser: a LayerNorm reshape onnx2tf gets wrong unsimplified).
+    bindir = str(Path(sys.executable).parent)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="-1", PYTHONUNBUFFERED="1",
+               PATH=os.pathsep.join([bindir, os.environ.get("PATH", "")]))
     try:
         with open(log, "w", encoding="utf-8") as fh:
             proc = subprocess.run(

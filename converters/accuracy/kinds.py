@@ -172,9 +172,12 @@ def from_values(r: np.ndarray, shape: list[int]) -> OutputKind | None:
                 return OutputKind("logits", axis=-1, activation="sigmoid", source="values",
                                   reason="one unbounded value per sample: read as a logit")
             return None
-        positive = float(np.mean(r > 0))
-        if positive >= 0.85 and (last % 3 == 0 or last % 2 == 0):
-            return OutputKind("landmarks", source="values", reason=f"{last} values, {positive:.0%} positive: coordinates")
+        for dims in (3, 2):  # x, y (, z) points: x and y are pixel positions (positive), z may be signed
+            if last % dims == 0 and last >= 2 * dims:
+                xy = r.reshape(r.shape[0], -1, dims)[..., :2]
+                if float(np.mean(xy > 0)) >= 0.95 and float(np.ptp(xy)) > 1.0:
+                    return OutputKind("landmarks", source="values",
+                                      reason=f"{last // dims} points of {dims} values with positive x, y: coordinates")
         return OutputKind("embedding", source="values", reason=f"a signed {last}-value vector")
     if rank >= 3 and positions >= MIN_POSITIONS and last >= 2:
         return OutputKind("regression", source="values", reason=f"{last} values per position (e.g. box/keypoint offsets)")

@@ -57,6 +57,13 @@ MEMBERS: dict[str, Member] = {
                                      "c0aea21eb84a4ce90a08c870da41b7a7173b45269e6a3207c71d67c40f3a59d8"),
     "melspectrogram.onnx": Member(*_OWW, "openwakeword/resources/models/melspectrogram.onnx",
                                   "ba2b0e0f8b7b875369a2c89cb13360ff53bac436f2895cced9f479fa65eb176f"),
+    # Not in the practice set's tests: kept for wider local sweeps (kinds of model the issues name).
+    "ch_PP-OCRv4_det_infer.onnx": Member(*_OCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx", ""),
+    "ch_ppocr_mobile_v2.0_cls_infer.onnx": Member(*_OCR, "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx", ""),
+    "face_detection_short_range.tflite": Member(*_MP, "mediapipe/modules/face_detection/face_detection_short_range.tflite", ""),
+    "pose_detection.tflite": Member(*_MP, "mediapipe/modules/pose_detection/pose_detection.tflite", ""),
+    "selfie_segmentation.tflite": Member(*_MP, "mediapipe/modules/selfie_segmentation/selfie_segmentation.tflite", ""),
+    "hand_landmark_lite.tflite": Member(*_MP, "mediapipe/modules/hand_landmark/hand_landmark_lite.tflite", ""),
     "astronaut.png": Member(*_SKI, "skimage/data/astronaut.png", ""),
     "page.png": Member(*_SKI, "skimage/data/page.png", ""),
     "text.png": Member(*_SKI, "skimage/data/text.png", ""),

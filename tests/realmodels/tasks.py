@@ -127,7 +127,7 @@ def ctc_decode(probs: np.ndarray, charset: list[str]) -> str:
         if i != prev and i != 0:
             out.append(charset[i] if i < len(charset) else "?")
         prev = i
-    return "".join(out).strip()
+    return "".join(out)  # spaces included: the gate cannot know which class is a space, nor may the task
 
 
 def ocr_charset(onnx_path) -> list[str]:
