@@ -30,7 +30,8 @@ def check_output_path(path: str, option: str) -> None:
 
     target = Path(path)
     if target.is_dir():
-        raise InputValidationError(f"{option} {path}: is a folder; give a file name.", f"e.g. {option} {target / 'bench.out'}")
+        raise InputValidationError(f"{option} {path}: is a folder; give a file name.",
+                                   f"e.g. {option} {target / 'bench.out'}")
     parent = target.parent if str(target.parent) else Path(".")
     try:
         fd, probe = tempfile.mkstemp(prefix=".edge-sdk-write-test-", dir=parent)

@@ -14,7 +14,6 @@ call it.
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone

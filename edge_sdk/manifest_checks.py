@@ -106,4 +106,5 @@ def check_preprocessing(manifest: Manifest, where: str, verify: bool) -> None:
             raise ManifestError(exc.message, TAMPERED) from None
     if verify and pre.sha256 != preprocessing_hash(pre.spec):
         raise ManifestError(f"{where}: the preprocessing spec does not match its sha256 in the manifest "
-                            "(edited or corrupt).", "Copy the artifact folder again from the source; do not edit manifest.json.")
+                            "(edited or corrupt).",
+                            "Copy the artifact folder again from the source; do not edit manifest.json.")

@@ -188,7 +188,8 @@ def embedded_profile(manifest: Manifest, where: str, verify: bool = True) -> Pro
     stored = hashlib.sha256(dumps_canonical(manifest.profile.spec)).hexdigest()
     if verify and stored != manifest.profile.sha256:
         raise ManifestError(f"{where}: the embedded profile '{profile.name}' does not match its sha256 in the manifest "
-                            "(edited or corrupt).", "Copy the artifact folder again from the source; do not edit manifest.json.")
+                            "(edited or corrupt).",
+                            "Copy the artifact folder again from the source; do not edit manifest.json.")
     if profile.name != manifest.profile.name:
         raise ManifestError(f"{where}: profile.name '{manifest.profile.name}' differs from the embedded profile's "
                             f"name '{profile.name}' (edited).", "Copy the artifact folder again from the source.")

@@ -52,15 +52,17 @@ def run_trial(req: dict[str, Any]) -> dict[str, Any]:
 
     name = Path(req["model_path"]).name
     try:
+        cache = Path(req["cache_dir"]) if req.get("cache_dir") else None
         cfg = RunnerConfig(model_path=Path(req["model_path"]), accelerator=req["accelerator"], num_threads=1,
                            files={k: Path(v) for k, v in req["files"].items()},
-                           backend_options=req["backend_options"], cache_dir=Path(req["cache_dir"]) if req.get("cache_dir") else None,
-                           model_sha256=req["sha"])
+                           backend_options=req["backend_options"], cache_dir=cache, model_sha256=req["sha"])
         runner = BACKENDS.get(req["backend"])(cfg)
         runner.activate()
         try:
             if req.get("inputs") is not None:
-                parse = lambda items: [typed.parse(TensorSpec, d, where="trial", error=ModelLoadError) for d in items]  # noqa: E731
+                def parse(items):
+                    return [typed.parse(TensorSpec, d, where="trial", error=ModelLoadError) for d in items]
+
                 plan_inputs(parse(req["inputs"]), runner.input_metadata, False)
                 plan_outputs(parse(req["outputs"]), runner.output_metadata)
             feed = [np.zeros([d if d > 0 else 1 for d in t.shape], t.dtype) for t in runner.input_metadata]
@@ -161,6 +163,11 @@ def serve_one(req: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Serve trial requests from stdin until it closes (``--once``: one request, in this process).
+
+    Returns:
+        The exit status (0).
+    """
     argv = sys.argv[1:] if argv is None else argv
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_WRONLY)

@@ -62,10 +62,11 @@ def test_doctor_json(cli):
     assert rep["runtimes"]["onnxruntime"]["execution_providers"]
 
 
-def test_verify_command(tmp_path, capsys):
-    from test_manifest import make_artifact
+def test_verify_command(tmp_path, tmp_path_factory, capsys):
+    import rt_artifacts as ra
 
-    make_artifact(tmp_path / "a")
+    # A real artifact: verify runs load's checks, model containers included.
+    ra.copy_artifact(ra.onnx_artifacts(tmp_path_factory)["jetson-orin"], tmp_path / "a")
     assert main(["verify", str(tmp_path / "a")]) == 0
     (tmp_path / "a" / "model.onnx").write_bytes(b"evil")
     assert main(["verify", str(tmp_path / "a")]) == ManifestError.exit_code

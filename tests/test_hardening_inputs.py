@@ -12,7 +12,6 @@ import json
 import math
 import os
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
