@@ -81,6 +81,8 @@ class OpenVINORunner(Runner):
         try:
             compiled = core.compile_model(model, cfg.accelerator, config)
         except Exception as exc:  # noqa: BLE001
+            if cfg.accelerator == "CPU":  # the CPU plugin is always there: a model it cannot compile is the model's fault
+                raise native_error(cfg.model_path, "OpenVINO", exc) from None
             raise DelegateUnavailableError(
                 f"OpenVINO could not compile {cfg.model_path.name} for device {cfg.accelerator}: "
                 f"{str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__}",
