@@ -40,6 +40,39 @@ class SourceModel:
     outputs: list[TensorSpec]
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """How one candidate artifact is quantized (the recovery loop varies it; the manifest records it).
+
+    Attributes:
+        calibration: Activation range method: ``minmax``, ``percentile`` or ``entropy`` (as the
+            format's toolchain offers it; ``None``: the profile's ``calibration_method``).
+        float_nodes: Layers kept in float, by the format's own node names (ONNX node names,
+            OpenVINO op names, TFLite op output tensor names).
+        float_ops: Op types kept in float (``Softmax``, ``MEAN``...).
+        options: Toolchain extras as (key, value) pairs, e.g. ``("bias_correction", "full")``.
+        name: Short label for reports (``baseline``, ``percentile``, ``mixed(2)``).
+        why: Why each float node is float (node -> reason), for the manifest.
+    """
+
+    calibration: str | None = None
+    float_nodes: tuple[str, ...] = ()
+    float_ops: tuple[str, ...] = ()
+    options: tuple[tuple[str, Any], ...] = ()
+    name: str = "baseline"
+    why: tuple[tuple[str, str], ...] = ()
+
+    def option(self, key: str, default: Any = None) -> Any:
+        return dict(self.options).get(key, default)
+
+    def method(self, profile: Profile) -> str:
+        return self.calibration or profile.quantization.calibration_method
+
+    def to_dict(self, profile: Profile) -> dict[str, Any]:
+        return {"name": self.name, "calibration": self.method(profile), "float_nodes": list(self.float_nodes),
+                "float_ops": list(self.float_ops), "options": dict(self.options), "why": dict(self.why)}
+
+
 @dataclass
 class ConvertJob:
     """Everything a format converter needs for one profile.
@@ -62,6 +95,9 @@ class ConvertJob:
             :meth:`onnx`: for float TFLite sources it is made only when a format needs it.
         onnx_provider: Makes ``static_onnx`` on first use (set by the pipeline).
         tflite_provider: Makes the folded float TFLite of a TFLite source on first use.
+        recipe: How to quantize this candidate (calibration method, layers kept float).
+        cache: Shared by the candidates of one profile and format: what does not depend on the
+            recipe (pre-processed models, calibration statistics) is computed once.
     """
 
     source: SourceModel
@@ -78,6 +114,8 @@ class ConvertJob:
     static_onnx: Path | None = None
     onnx_provider: Callable[[], Path] | None = None
     tflite_provider: Callable[[], Path] | None = None
+    recipe: Recipe = field(default_factory=Recipe)
+    cache: dict[str, Any] = field(default_factory=dict)
 
     def onnx(self) -> Path:
         """The static float ONNX form of the source, made on first use where the source is not ONNX.

@@ -93,7 +93,8 @@ def _convert_formats(ctx: BuildContext, stage: Path) -> tuple[dict[str, FormatRe
         job = ConvertJob(source=ctx.source, profile=ctx.profile, input_shapes=ctx.prep.shapes.shapes, calib=cs.calib,
                          holdout=cs.holdout, calibrated=cs.calibrated, preprocess=cs.preprocess, workdir=stage,
                          scratch=ctx.scratch / fmt, log=lambda m, f=fmt: ctx.say(f"{f}: {m}"),
-                         options=dict(ctx.options), onnx_provider=ctx.prep.onnx, tflite_provider=ctx.prep.tflite)
+                         options=dict(ctx.options), onnx_provider=ctx.prep.onnx, tflite_provider=ctx.prep.tflite,
+                         cache={"shared": ctx.prep.shared, "dir": ctx.scratch / fmt})
         try:
             results[fmt] = _run_format(fmt, job)
         except ConversionError as exc:

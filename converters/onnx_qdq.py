@@ -12,6 +12,8 @@ releases); the manifest records how. Where ``tensorrt`` imports here, the engine
 from __future__ import annotations
 
 import shutil
+import tempfile
+from pathlib import Path
 
 import numpy as np
 
@@ -118,26 +120,19 @@ def _tensorrt(job: ConvertJob, result: FormatResult) -> None:
     result.tools["tensorrt"] = trt.__version__
 
 
-def convert(job: ConvertJob) -> FormatResult:
-    """Quantize ``job.onnx()`` (the static float ONNX) to int8 QDQ ONNX in ``job.workdir/model.onnx``.
-
-    Raises:
-        ConversionError: opset upgrade, pre-processing or quantization failed, or the result is
-            not int8 / not static.
-    """
+def _prepped(job: ConvertJob) -> tuple[Path, int, int]:
+    """The opset-upgraded, pre-processed float model quantization starts from (made once per job cache)."""
+    if "qdq_prepped" in job.cache:
+        return job.cache["qdq_prepped"]
     onnx = require("onnx", "int8 ONNX conversion")
-    ort = require("onnxruntime", "int8 ONNX conversion")
-    q = require("onnxruntime.quantization", "int8 ONNX conversion")
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    static_onnx = job.onnx()
-    spec = job.profile.quantization
-    per_channel = spec.weights == "per-channel"
+    per_channel = job.profile.quantization.weights == "per-channel"
     target = max(job.profile.artifact.opset, MIN_QDQ_OPSET if per_channel else 10)
-    model, opset_from, opset_to = _upgrade_opset(onnx.load(str(static_onnx)), target, job.log)
-    upgraded = job.scratch / "qdq_upgraded.onnx"
+    model, opset_from, opset_to = _upgrade_opset(onnx.load(str(job.onnx())), target, job.log)
+    base = Path(job.cache.get("dir", job.scratch))
+    upgraded, prepped = base / "qdq_upgraded.onnx", base / "qdq_prepped.onnx"
     onnx.save(model, str(upgraded))
-    prepped = job.scratch / "qdq_prepped.onnx"
     job.log("ONNX Runtime quantization pre-processing")
     try:
         quant_pre_process(str(upgraded), str(prepped), skip_symbolic_shape=False)
@@ -147,19 +142,79 @@ def convert(job: ConvertJob) -> FormatResult:
             quant_pre_process(str(upgraded), str(prepped), skip_symbolic_shape=True)
         except Exception:  # noqa: BLE001
             shutil.copy2(upgraded, prepped)
-    types = {"int8": q.QuantType.QInt8, "uint8": q.QuantType.QUInt8}
+    job.cache["qdq_prepped"] = (prepped, opset_from, opset_to)
+    return job.cache["qdq_prepped"]
+
+
+#: Percentile kept by the ``percentile`` calibration (ONNX Runtime's default, 99.999).
+PERCENTILE = 99.999
+
+
+def _ranges(job: ConvertJob, prepped: Path, method: str):
+    """Activation ranges over the calibration feeds, per method, computed once per job cache."""
+    key = f"qdq_ranges:{method}"
+    if key in job.cache:
+        return job.cache[key]
+    q = require("onnxruntime.quantization", "int8 ONNX conversion")
+    from onnxruntime.quantization.calibrate import create_calibrator
+    from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+
     methods = {"minmax": q.CalibrationMethod.MinMax, "entropy": q.CalibrationMethod.Entropy,
                "percentile": q.CalibrationMethod.Percentile}
+    extra = {"percentile": PERCENTILE} if method == "percentile" else {}
+    if method == "percentile" or method == "entropy":
+        extra["symmetric"] = job.profile.quantization.activation_symmetric
+    ops = list(set(QLinearOpsRegistry) | set(QDQRegistry))
+    job.log(f"calibrating activation ranges ({method}, {len(job.calib)} samples)")
+    with tempfile.TemporaryDirectory(prefix="edge-sdk-ort-calib-") as tmp:
+        calibrator = create_calibrator(prepped, ops, augmented_model_path=str(Path(tmp) / "augmented.onnx"),
+                                       calibrate_method=methods[method], extra_options=extra)
+        calibrator.collect_data(_Reader(job.calib))
+        job.cache[key] = calibrator.compute_data()
+        del calibrator
+    return job.cache[key]
+
+
+def convert(job: ConvertJob) -> FormatResult:
+    """Quantize ``job.onnx()`` (the static float ONNX) to int8 QDQ ONNX in ``job.workdir/model.onnx``.
+
+    ``job.recipe`` picks the calibration method (ranges computed once per method and reused by
+    every candidate) and the nodes / op types kept in float (``nodes_to_exclude``).
+
+    Raises:
+        ConversionError: opset upgrade, pre-processing or quantization failed, or the result is
+            not int8 / not static.
+    """
+    onnx = require("onnx", "int8 ONNX conversion")
+    ort = require("onnxruntime", "int8 ONNX conversion")
+    q = require("onnxruntime.quantization", "int8 ONNX conversion")
+    from onnxruntime.quantization.onnx_quantizer import ONNXModel  # noqa: F401 - import check only
+    from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
+    from onnxruntime.quantization.quant_utils import load_model_with_shape_infer
+    from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+
+    spec = job.profile.quantization
+    recipe = job.recipe
+    per_channel = spec.weights == "per-channel"
+    method = recipe.method(job.profile)
+    if method not in ("minmax", "percentile", "entropy"):
+        raise ConversionError(f"Calibration method '{method}' is not one ONNX Runtime offers (minmax, percentile, entropy).")
+    prepped, opset_from, opset_to = _prepped(job)
+    types = {"int8": q.QuantType.QInt8, "uint8": q.QuantType.QUInt8}
     out = job.workdir / MODEL_FILE
-    job.log(f"quantize_static QDQ ({len(job.calib)} samples, {spec.calibration_method}, per_channel={per_channel}, "
-            f"activations {spec.activation_dtype}{' symmetric' if spec.activation_symmetric else ''})")
+    excluded = sorted(set(recipe.float_nodes))
+    op_types = sorted((set(QLinearOpsRegistry) | set(QDQRegistry)) - set(recipe.float_ops))
+    job.log(f"quantize QDQ ({len(job.calib)} samples, {method}, per_channel={per_channel}, "
+            f"activations {spec.activation_dtype}{' symmetric' if spec.activation_symmetric else ''}"
+            + (f", {len(excluded)} node(s) float" if excluded else "") + ")")
     try:
-        q.quantize_static(
-            str(prepped), str(out), _Reader(job.calib), quant_format=q.QuantFormat.QDQ, per_channel=per_channel,
-            activation_type=types[spec.activation_dtype], weight_type=types[spec.weight_dtype],
-            calibrate_method=methods[spec.calibration_method],
-            extra_options={"ActivationSymmetric": spec.activation_symmetric, "WeightSymmetric": True},
-        )
+        ranges = _ranges(job, prepped, method)
+        model = load_model_with_shape_infer(Path(prepped))
+        quantizer = QDQQuantizer(model, per_channel, bool(recipe.option("reduce_range", False)), types[spec.weight_dtype],
+                                 types[spec.activation_dtype], ranges, [], excluded, op_types,
+                                 {"ActivationSymmetric": spec.activation_symmetric, "WeightSymmetric": True})
+        quantizer.quantize_model()
+        quantizer.model.save_model_to_file(str(out), False)
         qmodel = onnx.load(str(out))
         onnx.checker.check_model(qmodel)
     except ConversionError:
@@ -175,11 +230,13 @@ def convert(job: ConvertJob) -> FormatResult:
     result = FormatResult(
         model_file=MODEL_FILE, inputs=inputs, outputs=outputs, precision="int8",
         tools={"onnx": onnx.__version__, "onnxruntime": ort.__version__, "tf2onnx": version_of("tf2onnx") or ""},
-        route=f"{job.source.format} -> static ONNX -> opset {opset_from}->{opset_to} -> quant_pre_process -> quantize_static(QDQ)",
+        route=f"{job.source.format} -> static ONNX -> opset {opset_from}->{opset_to} -> quant_pre_process -> "
+              f"QDQ quantizer ({method})",
         backend_options={"onnx_qdq": {"opset": opset_to, "opset_source": opset_from, "per_channel": per_channel,
                                       "activation_dtype": spec.activation_dtype,
                                       "activation_symmetric": spec.activation_symmetric,
-                                      "calibration_method": spec.calibration_method, "int8_evidence": evidence}},
+                                      "calibration_method": method, "float_nodes": excluded,
+                                      "int8_evidence": evidence}},
     )
     if not result.tools["tf2onnx"] or job.source.format == "onnx":
         result.tools.pop("tf2onnx")

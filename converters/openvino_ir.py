@@ -115,11 +115,21 @@ def convert(job: ConvertJob) -> FormatResult:
 
     estimators = {"minmax": RangeEstimatorParametersSet.MINMAX, "percentile": RangeEstimatorParametersSet.MEAN_QUANTILE,
                   "entropy": RangeEstimatorParametersSet.HISTOGRAM}
-    advanced = AdvancedQuantizationParameters(activations_range_estimator_params=estimators[spec.calibration_method])
+    recipe = job.recipe
+    method = recipe.method(job.profile)
+    if method not in estimators:
+        raise ConversionError(f"Calibration method '{method}' is not one NNCF offers here (minmax, percentile, entropy).")
+    advanced = AdvancedQuantizationParameters(activations_range_estimator_params=estimators[method])
+    ignored = None
+    if recipe.float_nodes or recipe.float_ops:
+        ignored = nncf.IgnoredScope(names=list(recipe.float_nodes), types=list(recipe.float_ops), validate=False)
+    fast_bc = recipe.option("bias_correction", "fast") != "full"
     if validation_fn is not None:
         job.log(f"nncf.quantize_with_accuracy_control ({n} samples, target {target.value})")
     else:
-        job.log(f"nncf.quantize ({n} samples, subset_size={n}, target {target.value}, preset {preset.value})")
+        job.log(f"nncf.quantize ({n} samples, subset_size={n}, target {target.value}, preset {preset.value}, {method}"
+                + ("" if fast_bc else ", full bias correction")
+                + (f", {len(recipe.float_nodes)} layer(s) float" if recipe.float_nodes else "") + ")")
     try:
         # NNCF draws progress bars and logs each step: they go to a log in scratch; our one line stays.
         with quiet(Path(job.scratch) / "nncf.log"):
@@ -131,7 +141,7 @@ def convert(job: ConvertJob) -> FormatResult:
                 mode = "accuracy-control"
             else:
                 qmodel = nncf.quantize(model, calib, preset=preset, target_device=target, subset_size=n,
-                                       advanced_parameters=advanced)
+                                       fast_bias_correction=fast_bc, ignored_scope=ignored, advanced_parameters=advanced)
                 mode = "post-training"
     except Exception as exc:  # noqa: BLE001 - NNCF raises many types
         raise ConversionError(f"NNCF quantization failed: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__}",
@@ -151,7 +161,8 @@ def convert(job: ConvertJob) -> FormatResult:
               f"({Path(read_from).name}) -> reshape static -> nncf {mode}",
         backend_options={"openvino": {"nncf_mode": mode, "nncf_subset_size": n, "nncf_preset": preset.value,
                                       "nncf_target_device": target.value,
-                                      "nncf_activation_range": spec.calibration_method, "int8_evidence": evidence_saved,
+                                      "nncf_activation_range": method, "nncf_bias_correction": "fast" if fast_bc else "full",
+                                      "float_nodes": list(recipe.float_nodes), "int8_evidence": evidence_saved,
                                       "weights_compressed_to_fp16": False}},
     )
 

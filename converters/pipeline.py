@@ -18,7 +18,7 @@ import contextlib
 import json
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -118,6 +118,7 @@ class Prepared:
     kinds: dict[str, OutputKind]
     onnx: Callable[[], Path]
     tflite: Callable[[], Path] | None = None
+    shared: dict = field(default_factory=dict)
 
 
 def convert(model, profiles, out, *, calib=None, calib_count: int | None = None, input_shapes=None, preprocess=None,

@@ -1,20 +1,21 @@
 """The ``tflite-int8`` format: full-integer TFLite for ARM CPUs (XNNPACK) and the Coral Edge TPU.
 
-Routes, by source format (a registry, :data:`ROUTES`):
+Every route first makes a *float* TFLite form of the source (:data:`ROUTES`, one per source
+format), made once per conversion and shared by all TFLite profiles and recovery candidates;
+then one quantizer takes it (:mod:`.tflite_native`: calibration in LiteRT, TensorFlow's MLIR
+quantizer, the recipe's calibration method and float layers):
 
-* ``keras`` / ``savedmodel``: the model is traced into a ``tf.function`` with the job's fully
-  static input shapes, its variables are frozen, and ``tf.lite.TFLiteConverter`` quantizes it
-  with a representative dataset made of ``job.calib``.
+* ``keras`` / ``savedmodel``: traced into a ``tf.function`` at the job's static input shapes,
+  variables frozen, converted by ``TFLiteConverter`` (float).
 * ``onnx``: onnx2tf (offline, in a child process, see :mod:`.onnx2tf_route`) makes a
   SavedModel, then as above. By default the artifact keeps the source's input layout (an NCHW
-  image input stays NCHW; onnx2tf puts an int8 TRANSPOSE inside the model, which the Edge TPU
-  runs), so the manifest's preprocessing, the accuracy gate and the device all feed what the
-  source took. ``job.options["tflite_input_layout"] = "nhwc"`` exposes onnx2tf's NHWC input
-  instead: the calibration feeds are transposed to match, the input spec says ``NHWC`` with
-  the real shape, and ``backend_options["input_transpose"]`` gives the permutation.
-* ``tflite`` (float): quantized without leaving TFLite (:mod:`.tflite_native`: sparse and fp16
-  weights folded, calibrated in LiteRT, TensorFlow's MLIR quantizer), signature or not, custom ops
-  kept float. Only if that fails does the static float ONNX of it go the ONNX route (recorded).
+  image input stays NCHW; onnx2tf puts a TRANSPOSE inside the model, which the Edge TPU runs),
+  so the manifest's preprocessing, the accuracy gate and the device all feed what the source
+  took. ``job.options["tflite_input_layout"] = "nhwc"`` exposes onnx2tf's NHWC input instead
+  (reported in ``backend_options["input_transpose"]``).
+* ``tflite`` (float): the file itself, sparse and fp16 weights folded, static shapes; signature
+  or not; custom ops kept float. Only if the quantizer cannot take it does its static float ONNX
+  go the ONNX route (recorded).
 
 The profile decides the scheme: ``quantization.input_dtype/output_dtype`` (float32 keeps float
 I/O, int8/uint8 makes integer I/O), ``quantization.weights`` (per-tensor for the Edge TPU), and
@@ -38,19 +39,18 @@ from edge_sdk.manifest import Quantization, TensorSpec
 from edge_sdk.registry import Registry
 
 from .base import ConvertJob, FormatResult
-from .console import import_tensorflow, quiet
-from .tflite_tf_route import (calib_arrays, first_line, from_savedmodel_dir, integer_only, outputs_in_order, quantize_tf,
-                              sanitize)
+from .console import import_tensorflow
+from .tflite_tf_route import calib_arrays, first_line, float_tf, from_savedmodel_dir, integer_only, outputs_in_order, sanitize
 
 MODEL_FILE = "model.tflite"
 
 
 @dataclass
 class Converted:
-    """What a route produced.
+    """A route's float TFLite form of the source, which the quantizer then takes.
 
     Attributes:
-        model: The int8 TFLite flatbuffer.
+        model: The float TFLite flatbuffer, static shapes (weights folded to dense float32).
         route: How it was made (recorded in the manifest).
         tools: Tool name -> version.
         tensor_names: Source tensor name -> TFLite tensor name, where they differ.
@@ -68,7 +68,7 @@ class Converted:
     custom_ops: list[str] = field(default_factory=list)
 
 
-#: source format -> route (the pipeline never asks for a format without a route; a user may).
+#: source format -> route making the float TFLite form (the pipeline never asks for a format without a route).
 ROUTES: Registry[Callable[[ConvertJob], Converted]] = Registry("TFLite int8 source format", ConversionError)
 
 
@@ -81,13 +81,13 @@ def _tool_versions(*names: str) -> dict[str, str]:
 @ROUTES.register("savedmodel")
 def _savedmodel(job: ConvertJob) -> Converted:
     model = from_savedmodel_dir(job, job.source.path)
-    return Converted(model, "savedmodel -> tf.function (static shapes) -> TFLiteConverter int8",
+    return Converted(model, "savedmodel -> tf.function (static shapes) -> TFLiteConverter (float)",
                      _tool_versions("tensorflow"), {s.name: sanitize(s.name) for s in job.source.inputs})
 
 
 @ROUTES.register("keras")
 def _keras(job: ConvertJob) -> Converted:
-    tf = import_tensorflow("int8 TFLite conversion")
+    tf = import_tensorflow("TFLite conversion")
 
     try:
         km = tf.keras.models.load_model(str(job.source.path), compile=False)
@@ -99,8 +99,8 @@ def _keras(job: ConvertJob) -> Converted:
         out = km(list(args) if len(args) > 1 else args[0])
         return list(out) if isinstance(out, (list, tuple)) else outputs_in_order(out, [s.name for s in job.source.outputs])
 
-    model = quantize_tf(job, fn, names, {})
-    return Converted(model, "keras -> tf.function (static shapes) -> TFLiteConverter int8",
+    model = float_tf(job, fn, names, {})
+    return Converted(model, "keras -> tf.function (static shapes) -> TFLiteConverter (float)",
                      _tool_versions("tensorflow", "keras"), {n: sanitize(n) for n in names})
 
 
@@ -111,37 +111,17 @@ def _onnx(job: ConvertJob) -> Converted:
 
 @ROUTES.register("tflite")
 def _tflite(job: ConvertJob) -> Converted:
-    """Float TFLite: quantized without leaving TFLite (:mod:`.tflite_native`); the ONNX detour
-    (tf2onnx -> onnx2tf -> TFLiteConverter) only when the native route cannot make the model.
-    """
-    from .tflite_native import quantize_float_tflite
+    """Float TFLite: the source itself, sparse/fp16 weights folded, static shapes; no ONNX detour."""
+    from .tflite_native import custom_ops, static_shapes
 
-    q = job.profile.quantization
-    calib_arrays(job, [s.name for s in job.source.inputs], {})  # same checks as the other routes
-    recipe = job.options.get("recipe") or {}
-    try:
-        model, facts = quantize_float_tflite(
-            Path(job.source.path).read_bytes(), job.input_shapes, job.calib, per_tensor=q.weights == "per-tensor",
-            input_dtype=q.input_dtype, output_dtype=q.output_dtype, float_nodes=recipe.get("float_nodes", ()),
-            float_ops=recipe.get("float_ops", ()), log=Path(job.scratch) / "tflite_quantizer.log")
-    except ConversionError as exc:
-        has_onnx = job.static_onnx is not None or job.onnx_provider is not None  # None only for jobs built by hand
-        if not has_onnx:
-            raise
-        job.log(f"native TFLite route failed ({exc.message}); trying tf2onnx -> onnx2tf")
-        converted = _via_onnx(job, job.onnx(), "tflite -> tf2onnx (static ONNX)")
-        converted.tools.update(_tool_versions("tf2onnx"))
-        converted.warnings.append(f"the native TFLite route failed ({exc.message}); made through tf2onnx -> onnx2tf")
-        return converted
-    steps = ["tflite (float)"]
-    if facts["folded"]:
-        steps.append("fold " + "+".join(sorted(facts["folded"])))
-    steps += [f"LiteRT calibration ({facts['calibrated_tensors']} tensors)", "MLIR quantizer int8"]
-    converted = Converted(model, " -> ".join(steps), _tool_versions("tensorflow", "ai-edge-litert"))
-    if facts["custom_ops"]:
-        converted.warnings.append(f"custom op(s) {', '.join(facts['custom_ops'])} stay float (LiteRT runs them on the "
-                                  "CPU; no quantizer can touch them)")
-    converted.custom_ops = list(facts["custom_ops"])
+    folded = Path(job.float_tflite()).read_bytes()
+    model = static_shapes(folded, job.input_shapes)
+    steps = "tflite (float)" + (" -> fold sparse/fp16 weights" if Path(job.float_tflite()) != Path(job.source.path) else "")
+    converted = Converted(model, steps, _tool_versions("ai-edge-litert"))
+    converted.custom_ops = custom_ops(model)
+    if converted.custom_ops:
+        converted.warnings.append(f"custom op(s) {', '.join(converted.custom_ops)} stay float (LiteRT runs them on "
+                                  "the CPU; no quantizer can touch them)")
     return converted
 
 
@@ -157,8 +137,70 @@ def _via_onnx(job: ConvertJob, onnx_path: Path, origin: str) -> Converted:
                              keep_layout=layout == "source")
     model = from_savedmodel_dir(job, res.saved_model, res.input_perms, onnx_ref=onnx_path)
     tools = _tool_versions("onnx2tf", "tensorflow", "onnx")
-    return Converted(model, f"{origin} -> onnx2tf (SavedModel) -> tf.function (static shapes) -> TFLiteConverter int8",
+    return Converted(model, f"{origin} -> onnx2tf (SavedModel) -> tf.function (static shapes) -> TFLiteConverter (float)",
                      tools, {s.name: sanitize(s.name) for s in job.source.inputs}, dict(res.input_perms))
+
+
+def _shared(job: ConvertJob) -> dict:
+    """What every profile and candidate of this conversion shares (the float form and its statistics)."""
+    return job.cache.setdefault("shared", {})
+
+
+def float_form(job: ConvertJob) -> Converted:
+    """The float TFLite form of the source, made once per conversion (all TFLite profiles and
+    recovery candidates share it; onnx2tf, the slow part, runs once)."""
+    key = f"tflite_float:{job.options.get('tflite_input_layout', 'source')}:{sorted(job.input_shapes.items())}"
+    shared = _shared(job)
+    if key not in shared:
+        route: Callable[[ConvertJob], Converted] = ROUTES.get(job.source.format)
+        job.log(f"{job.source.format} -> float TFLite")
+        shared[key] = route(job)
+    return shared[key]
+
+
+def _stats(job: ConvertJob, form: Converted) -> dict:
+    """Calibration statistics of the float form, computed once (every method, every candidate)."""
+    from .tflite_native import calibrate
+
+    key = f"tflite_stats:{id(form)}"
+    shared = _shared(job)
+    if key not in shared:
+        feeds = calib_arrays(job, [s.name for s in job.source.inputs], form.input_perms)
+        job.log(f"calibrating in LiteRT ({len(feeds)} samples)")
+        shared[key] = calibrate(form.model, feeds)
+    return shared[key]
+
+
+def _quantize(job: ConvertJob, form: Converted) -> bytes:
+    from .tflite_native import apply_stats, quantize
+
+    q, recipe = job.profile.quantization, job.recipe
+    method = recipe.method(job.profile)
+    job.log(f"MLIR quantizer int8 ({method}, {'per-tensor' if q.weights == 'per-tensor' else 'per-channel'} weights"
+            + (f", {len(recipe.float_nodes)} op(s) float" if recipe.float_nodes else "") + ")")
+    calibrated = apply_stats(form.model, _stats(job, form), method)
+    return quantize(calibrated, per_tensor=q.weights == "per-tensor", input_dtype=q.input_dtype,
+                    output_dtype=q.output_dtype, float_nodes=recipe.float_nodes, float_ops=recipe.float_ops,
+                    log=Path(job.scratch) / "tflite_quantizer.log")
+
+
+def _int8(job: ConvertJob) -> tuple[bytes, Converted]:
+    """Quantize the float form; a float TFLite source the native route cannot take goes through ONNX."""
+    form = float_form(job)
+    try:
+        return _quantize(job, form), form
+    except ConversionError as exc:
+        has_onnx = job.static_onnx is not None or job.onnx_provider is not None
+        if job.source.format != "tflite" or not has_onnx:
+            raise
+        job.log(f"native TFLite route failed ({exc.message}); trying tf2onnx -> onnx2tf")
+        key = "tflite_float:detour"
+        shared = _shared(job)
+        if key not in shared:
+            shared[key] = _via_onnx(job, job.onnx(), "tflite -> tf2onnx (static ONNX)")
+            shared[key].tools.update(_tool_versions("tf2onnx"))
+            shared[key].warnings.append(f"the native TFLite route failed ({exc.message}); made through tf2onnx -> onnx2tf")
+        return _quantize(job, shared[key]), shared[key]
 
 
 def _dtype_name(np_dtype) -> str:
@@ -289,10 +331,7 @@ def convert(job: ConvertJob) -> FormatResult:
             where the profile allows integer ops only, or the Edge TPU pre-check blocks.
         CalibrationError: the calibration feeds do not fit the model.
     """
-    route: Callable[[ConvertJob], Converted] = ROUTES.get(job.source.format)
-    job.log(f"{job.source.format} route for profile {job.profile.name}")
-    converted = route(job)
-    model = converted.model
+    model, converted = _int8(job)
     strict_int = integer_only(job)
     float_ops = _float_ops(model)
     blocking = [f for f in float_ops if not f.split(" ", 1)[-1].startswith("CUSTOM:")]
@@ -310,9 +349,12 @@ def convert(job: ConvertJob) -> FormatResult:
     _check_io_dtypes(outputs, job.source.outputs, q.output_dtype, "outputs")
     result = FormatResult(
         model_file=MODEL_FILE, inputs=inputs, outputs=outputs, precision="int8",
-        tools=dict(converted.tools), route=converted.route, warnings=list(converted.warnings),
+        tools={**converted.tools, **_tool_versions("tensorflow")}, warnings=list(converted.warnings),
+        route=f"{converted.route} -> LiteRT calibration -> MLIR quantizer int8 ({job.recipe.method(job.profile)})",
         # Namespaced: the pipeline merges the backend options of all of a profile's formats.
-        backend_options={"tflite": {"weights": q.weights, "io_dtypes": [q.input_dtype, q.output_dtype]}},
+        backend_options={"tflite": {"weights": q.weights, "io_dtypes": [q.input_dtype, q.output_dtype],
+                                    "calibration_method": job.recipe.method(job.profile),
+                                    "float_nodes": list(job.recipe.float_nodes)}},
     )
     if float_ops:
         result.warnings.append(f"Ops still computing in float (run by the CPU in float): {', '.join(float_ops)}")

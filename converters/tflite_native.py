@@ -167,14 +167,22 @@ def static_shapes(model: bytes, input_shapes: dict[str, list[int]]) -> bytes:
     return _pack(m, len(model))
 
 
-def calibrate(model: bytes, feeds: Iterable[dict[str, np.ndarray]]) -> tuple[bytes, int]:
-    """Record every float activation's min/max over ``feeds`` into the flatbuffer.
+#: Two-sided percentile of each activation kept by the ``percentile`` calibration (per sample,
+#: averaged over samples, as NNCF's MEAN_QUANTILE does).
+PERCENTILE_TAIL = 1e-4
 
-    The model runs in LiteRT with its default delegate (XNNPACK implements MediaPipe's custom
-    ops), with every float activation made a model output so that each is really computed.
 
-    Returns:
-        (the calibrated model, number of tensors with statistics).
+def calibrate(model: bytes, feeds: Iterable) -> dict[int, tuple[float, float, float, float]]:
+    """Statistics of every float activation over ``feeds``: ``{tensor: (min, max, q_lo, q_hi)}``.
+
+    ``min``/``max`` are global (the ``minmax`` method); ``q_lo``/``q_hi`` the per-sample
+    ``PERCENTILE_TAIL`` quantiles averaged over samples (the ``percentile`` method). The model runs
+    in LiteRT with its default delegate (XNNPACK implements MediaPipe's custom ops), with every
+    float activation made a model output so that each one is really computed.
+
+    Args:
+        model: A float TFLite model with static shapes.
+        feeds: Each a ``{input name: array}`` or a list of arrays in the model's input order.
 
     Raises:
         ConversionError: LiteRT cannot run the model, or a feed does not fit it.
@@ -185,41 +193,64 @@ def calibrate(model: bytes, feeds: Iterable[dict[str, np.ndarray]]) -> tuple[byt
     sg = m.subgraphs[0]
     floats = [i for i, t in enumerate(sg.tensors) if t.type == schema.TensorType.FLOAT32 and not _is_const(m, sg, i)]
     model_inputs = {int(i) for i in sg.inputs}
-    lo = {i: np.inf for i in floats}
-    hi = {i: -np.inf for i in floats}
-    # Every float activation becomes a model output: a delegate (XNNPACK, which also runs MediaPipe's
-    # custom ops) must then write each one out instead of keeping it inside its partition, where
-    # ``preserve_all_tensors`` would silently read stale memory.
+    # Every float activation becomes a model output: a delegate must then write each one out
+    # instead of keeping it inside its partition, where ``preserve_all_tensors`` would read stale memory.
     _, probe = _load(model)
     probe.subgraphs[0].outputs = sorted(set(int(o) for o in probe.subgraphs[0].outputs) | (set(floats) - model_inputs))
     probe.signatureDefs = []
+    acc: dict[int, list] = {i: [np.inf, -np.inf, 0.0, 0.0, 0] for i in floats}
     try:
         it = Interpreter(model_content=_pack(probe, len(model)))
         it.allocate_tensors()
-        inputs = {d["name"]: d["index"] for d in it.get_input_details()}
-        outputs = [d["index"] for d in it.get_output_details() if d["index"] in lo]
+        in_details = it.get_input_details()
+        by_name = {d["name"]: d["index"] for d in in_details}
+        outputs = [d["index"] for d in it.get_output_details() if d["index"] in acc]
         for feed in feeds:
-            for name, arr in feed.items():
-                it.set_tensor(inputs[name], np.asarray(arr, np.float32))
+            items = feed.items() if isinstance(feed, dict) else zip([d["name"] for d in in_details], feed)
+            fed = []
+            for name, arr in items:
+                it.set_tensor(by_name[name], np.asarray(arr, np.float32))
+                fed.append(by_name[name])
             it.invoke()
-            for i in outputs + [inputs[n] for n in feed if inputs[n] in lo]:
+            for i in outputs + [i for i in fed if i in acc]:
                 a = it.get_tensor(i)
                 if a.size:
-                    lo[i] = min(lo[i], float(np.min(a)))
-                    hi[i] = max(hi[i], float(np.max(a)))
+                    _update(acc[i], a)
     except KeyError as exc:
         raise ConversionError(f"Calibration feed names input {exc}, which the TFLite model does not have.") from None
     except Exception as exc:  # noqa: BLE001 - LiteRT raises RuntimeError/ValueError
         raise ConversionError(f"LiteRT could not run the float TFLite model for calibration: {str(exc)[:300]}") from None
-    count = 0
-    for i in floats:
-        if np.isfinite(lo[i]) and np.isfinite(hi[i]):
-            t = sg.tensors[i]
-            if t.quantization is None:
-                t.quantization = schema.QuantizationParametersT()
-            t.quantization.min, t.quantization.max = [lo[i]], [hi[i]]
-            count += 1
-    return _pack(m, len(model)), count
+    return {i: (v[0], v[1], v[2] / v[4], v[3] / v[4]) for i, v in acc.items() if v[4] and np.isfinite(v[0])}
+
+
+def _update(stat: list, a: np.ndarray) -> None:
+    flat = a.reshape(-1)
+    stat[0] = min(stat[0], float(flat.min()))
+    stat[1] = max(stat[1], float(flat.max()))
+    k = int(PERCENTILE_TAIL * flat.size)
+    if k >= 1:
+        part = np.partition(flat, (k, flat.size - 1 - k))
+        stat[2] += float(part[k])
+        stat[3] += float(part[flat.size - 1 - k])
+    else:
+        stat[2] += float(flat.min())
+        stat[3] += float(flat.max())
+    stat[4] += 1
+
+
+def apply_stats(model: bytes, stats: dict[int, tuple[float, float, float, float]], method: str) -> bytes:
+    """Write the chosen statistics (``minmax`` or ``percentile``) into the flatbuffer's min/max."""
+    if method not in ("minmax", "percentile"):
+        raise ConversionError(f"Calibration method '{method}' is not one the TFLite route offers (minmax, percentile).")
+    schema, m = _load(model)
+    sg = m.subgraphs[0]
+    for i, (lo, hi, qlo, qhi) in stats.items():
+        t = sg.tensors[i]
+        if t.quantization is None:
+            t.quantization = schema.QuantizationParametersT()
+        a, b = (lo, hi) if method == "minmax" else (qlo, qhi)
+        t.quantization.min, t.quantization.max = [a], [b]
+    return _pack(m, len(model))
 
 
 def quantize(calibrated: bytes, *, per_tensor: bool, input_dtype: str, output_dtype: str,
@@ -255,12 +286,12 @@ def quantize(calibrated: bytes, *, per_tensor: bool, input_dtype: str, output_dt
 
 
 def quantize_float_tflite(model: bytes, input_shapes: dict[str, list[int]], calib: list[dict], *, per_tensor: bool,
-                          input_dtype: str, output_dtype: str, float_nodes: Iterable[str] = (),
+                          input_dtype: str, output_dtype: str, method: str = "minmax", float_nodes: Iterable[str] = (),
                           float_ops: Iterable[str] = (), log: Path | None = None) -> tuple[bytes, dict[str, Any]]:
-    """fold -> static shapes -> calibrate -> quantize; returns the int8 model and what was done."""
+    """fold -> static shapes -> calibrate -> quantize in one call; returns the int8 model and what was done."""
     folded, counts = fold_constants(model)
     static = static_shapes(folded, input_shapes)
-    calibrated, n_stats = calibrate(static, calib)
-    q = quantize(calibrated, per_tensor=per_tensor, input_dtype=input_dtype, output_dtype=output_dtype,
-                 float_nodes=float_nodes, float_ops=float_ops, log=log)
-    return q, {"folded": counts, "calibrated_tensors": n_stats, "custom_ops": custom_ops(model)}
+    stats = calibrate(static, calib)
+    q = quantize(apply_stats(static, stats, method), per_tensor=per_tensor, input_dtype=input_dtype,
+                 output_dtype=output_dtype, float_nodes=float_nodes, float_ops=float_ops, log=log)
+    return q, {"folded": counts, "calibrated_tensors": len(stats), "custom_ops": custom_ops(model)}

@@ -58,46 +58,36 @@ def calib_arrays(job: ConvertJob, names: list[str], perms: dict[str, list[int]])
     return out
 
 
-def quantize_tf(job: ConvertJob, fn, arg_names: list[str], perms: dict[str, list[int]]) -> bytes:
-    """Trace ``fn`` at static shapes, freeze it, and quantize it with TFLiteConverter.
+def float_tf(job: ConvertJob, fn, arg_names: list[str], perms: dict[str, list[int]]) -> bytes:
+    """Trace ``fn`` at static shapes, freeze it, and convert it to a float TFLite model.
+
+    Quantization happens after, on the float TFLite itself (:mod:`.tflite_native`), so every
+    TFLite route shares one calibrator, one quantizer and the recovery loop's recipes.
 
     Args:
-        job: The job (profile, shapes, calibration).
+        job: The job (profile, shapes).
         fn: A Python callable taking the inputs positionally (source order) and returning a list
             of outputs in source order.
         arg_names: Source input names, in order.
-        perms: Layout permutations applied to inputs (shapes and calibration are transposed).
+        perms: Layout permutations applied to inputs (their shapes are transposed).
     """
-    tf = import_tensorflow("int8 TFLite conversion")
+    tf = import_tensorflow("TFLite conversion")
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-    calib = calib_arrays(job, arg_names, perms)
     shapes = {n: ([job.input_shapes[n][i] for i in perms[n]] if n in perms else list(job.input_shapes[n]))
               for n in arg_names}
-    q = job.profile.quantization
-    tf_dtypes = {"int8": tf.int8, "uint8": tf.uint8, "float32": tf.float32}
-    ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    if not integer_only(job):
-        ops.append(tf.lite.OpsSet.TFLITE_BUILTINS)  # a CPU target may keep an odd op in float
     try:
         with quiet(Path(job.scratch) / "tflite_converter.log"):
             specs = [tf.TensorSpec(shapes[n], tf.float32, name=sanitize(n)) for n in arg_names]
             concrete = tf.function(fn, input_signature=specs).get_concrete_function()
-            # Freezing turns variables into constants: the calibrator cannot read resource variables.
+            # Freezing turns variables into constants (resource variables would stay VAR_HANDLE ops).
             conv = tf.lite.TFLiteConverter.from_concrete_functions([convert_variables_to_constants_v2(concrete)])
-            conv.optimizations = [tf.lite.Optimize.DEFAULT]
-            conv.representative_dataset = lambda: iter(calib)
-            conv.target_spec.supported_ops = ops
-            conv.inference_input_type = tf_dtypes[q.input_dtype]
-            conv.inference_output_type = tf_dtypes[q.output_dtype]
-            if q.weights == "per-tensor":
-                conv._experimental_disable_per_channel = True  # noqa: SLF001 - the only switch TF offers
+            conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
             return conv.convert()
     except Exception as exc:  # noqa: BLE001 - TF raises ConverterError, RuntimeError, ValueError...
-        raise ConversionError(f"TFLiteConverter could not make an int8 model for {job.profile.name}: "
+        raise ConversionError(f"TFLiteConverter could not make a TFLite model of {job.source.path.name}: "
                               f"{first_line(exc)}",
-                              "Ops named above have no int8 kernel; use the arm-cpu profile (float fallback) "
-                              "or replace them.") from None
+                              "An op named above has no TFLite builtin; use an ONNX or OpenVINO profile.") from None
 
 
 def first_line(exc: BaseException) -> str:
@@ -120,7 +110,7 @@ def outputs_in_order(result, names: list[str]) -> list:
 
 def from_savedmodel_dir(job: ConvertJob, path: Path, perms: dict[str, list[int]] | None = None,
                          onnx_ref: Path | None = None) -> bytes:
-    """Quantize a SavedModel's ``serving_default``; ``onnx_ref`` (onnx2tf routes) fixes output layouts."""
+    """A float TFLite of a SavedModel's ``serving_default``; ``onnx_ref`` (onnx2tf routes) fixes output layouts."""
     tf = import_tensorflow("int8 TFLite conversion")
 
     perms = perms or {}
@@ -157,6 +147,6 @@ def from_savedmodel_dir(job: ConvertJob, path: Path, perms: dict[str, list[int]]
         # Back to the source layout: one manifest describes every format of a profile.
         return [tf.transpose(o, out_perms[i]) if i in out_perms else o for i, o in enumerate(outs)]
 
-    model = quantize_tf(job, fn, names, perms)
+    model = float_tf(job, fn, names, perms)
     del loaded  # keep the SavedModel's variables alive until the model is frozen and converted
     return model
