@@ -484,6 +484,7 @@ def main() -> int:
             reqs = requires_dist(unpacked)
             log(f"wheel: {wheel.name} from the {source} ({digest})")
             with cf.ThreadPoolExecutor(2) as pool:  # debootstrap (emulated) and conversion (native) side by side
+                root_was_cached = (cache / f"root-{host.root_key()}" / ".edge-sdk-root-ready").is_file()
                 f_root = pool.submit(host.ensure_root, cache)
                 f_arts = pool.submit(ensure_artifacts, cache, unpacked, digest)
                 for fut in cf.as_completed([f_root, f_arts]):
@@ -537,8 +538,11 @@ def main() -> int:
                 if not args.keep:
                     shutil.rmtree(root / "work", ignore_errors=True)
             total = time.monotonic() - t_start
+            built = ([] if root_was_cached else ["arm64 root debootstrapped"]) + \
+                [f"{n} venv(s) installed" for n in [len([p for p, (_, c) in _PREPARED.items() if c])] if n]
             report["timing"] = f"{total / 60:.1f} min in all (" + ", ".join(
-                f"{k} {v:.0f} s" for k, v in phases.items()) + ")"
+                f"{k} {v:.0f} s" for k, v in phases.items()) + "); cache: " + (
+                "cold — " + ", ".join(built) if built else "warm (root and venvs reused)")
             if not args.selftest_tamper:
                 args.docs.write_text(compare.render(report))
                 log(f"wrote {args.docs}")
