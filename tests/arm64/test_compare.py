@@ -177,6 +177,26 @@ def test_venv_checks_pass_and_each_break_is_caught():
         assert any(msg in f for f in fails), (msg, fails)
 
 
+def test_report_renders_every_case_and_failure(data):
+    rows, fails = _eval(data, np.roll(data["arm"], 1, axis=-1))
+    arm = _venv_result("aarch64", "aarch64 code emulated ...")
+    report = {"date": "2026-01-01", "host": "x86_64 test", "qemu": "qemu-aarch64 version 7.2", "qemu_cpus": ["cortex-a72"],
+              "root": host.ROOT_RECIPE, "root_python": "3.11.2", "wheel": "edge_sdk-0.1.0-py3-none-any.whl",
+              "source": "commit abc", "converter_versions": {"onnxruntime": "1.23.0"}, "timing": "1 min",
+              "venvs": [{"name": "onnxruntime @ cortex-a72", "install": "edge_sdk-*.whl[onnxruntime]", "dist": "onnxruntime",
+                         "doctor_profiles": ["arm-cpu"], "arm": arm, "x86": _venv_result("x86_64", None)}],
+              "cases": [{"id": CASE["id"], "venv": "onnxruntime @ cortex-a72", "profile": "arm-cpu", "format": "onnx-qdq",
+                         "arm": _rec(), "x86": _rec(), "rows": rows, "failures": fails,
+                         "thresholds": {"min_top1_agreement": 0.9, "scores": {"max_score_error": 0.1}}}],
+              "failures": fails, "selftest": {"venv": "onnxruntime @ cortex-a72", "what": "rotated", "caught": True,
+                                              "failures": ["x: top-1 agreement 0.000 < 0.9"]}}
+    md = compare.render(report)
+    assert "{report" not in md and "Debian bookworm arm64 root" in md and "Result: **FAILED**" in md
+    assert "| onnxruntime @ cortex-a72 | arm-cpu / onnx-qdq | litert/xnnpack [xnnpack], ai_edge_litert | probs | " in md
+    assert "top-1 ≥ 0.9, score error ≤ 0.1" in md and "**FAIL**" in md and "failed as it must" in md
+    assert all(f"- {f}" in md for f in fails)
+
+
 def test_binfmt_preflight_names_the_reason(tmp_path):
     assert host.binfmt_status(tmp_path) == (False, f"binfmt_misc is not mounted at {tmp_path}")
     (tmp_path / "status").write_text("enabled\n")
