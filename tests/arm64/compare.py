@@ -1,13 +1,11 @@
-"""Judge the arm64 runs: aarch64 outputs vs the x86-64 run of the same artifact and runtime version,
-and vs the float model under the profile's accuracy-gate thresholds; render ``docs/arm64.md``.
+"""Judge the arm64 runs and render ``docs/arm64.md``: aarch64 outputs vs the x86-64 run of the same
+artifact and runtime version (quantization steps, top-1), and the project's accuracy gate verdicts
+(``gate.py``) of arm64 vs float and arm64 vs the x86 twin.
 
-Pure functions over the files :mod:`device_check` and :mod:`artifacts` write, so the judgement
-itself is unit-tested (``test_compare.py``) without any emulation.
-
-Metrics (the definitions of ``docs/manifest.md``'s accuracy section): cosine and SQNR over all
-values of an output, max absolute error, and, for class scores (``[B, C]`` with C > 1), top-1
-agreement. The difference between two int8 runs is also given in quantization steps of the
-output's last quantized tensor (``steps.json``): ``|a - b| / step``.
+Pure functions over the files :mod:`device_check`, :mod:`artifacts` and :mod:`gate` write, so the
+judgement itself is unit-tested (``test_compare.py``) without any emulation. The difference between
+two int8 runs is given in quantization steps of the output's last quantized tensor (``steps.json``):
+``|a - b| / step``; cosine and SQNR over all values are kept for the record.
 """
 
 from __future__ import annotations

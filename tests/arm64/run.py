@@ -15,11 +15,12 @@
    package, core install), ``[onnxruntime]``, ``[openvino]`` — with the wheel installed by pip
    from PyPI (venvs cached by the wheel's requirements; the wheel itself is reinstalled each run),
    ``pip check`` clean. Each has an x86-64 twin with exactly the same package versions.
-5. In every venv, on both architectures, ``device_check.py``: doctor, import hygiene, the
-   artifacts on the 300 validation digits, bench.
-6. ``compare.py`` judges: expected backends/fallbacks, doctor says arm-cpu native, no TensorFlow,
-   bench says emulated, arm64 outputs vs x86 (quantization steps, top-1) and vs float under the
-   profile's gate thresholds. Writes ``docs/arm64.md``. Any failure: exit 1.
+5. In every venv, on both emulated cores (Cortex-A72 and Cortex-A76) and on x86-64,
+   ``device_check.py``: doctor, import hygiene, the artifacts on the 300 validation digits, bench.
+6. Judges (``compare.py``, ``gate.py``): expected backends/fallbacks, doctor says arm-cpu native,
+   no TensorFlow, bench says emulated, arm64 outputs vs the x86 twin (quantization steps, top-1),
+   and the project's own accuracy gate on arm64 vs float (and vs the x86 twin). Writes
+   ``docs/arm64.md``. Any failure: exit 1.
 7. Self-test: a tampered artifact (re-hashed so it loads) runs the same way on aarch64 and must be
    failed by the gate; if it passes, the run fails. ``--selftest-tamper`` runs only this.
 """
