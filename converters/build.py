@@ -26,8 +26,10 @@ from edge_sdk.outputs import OutputKind
 from edge_sdk.profiles import Profile
 
 from . import accuracy as acc
-from .base import FORMATS, ConvertJob, FormatResult, SourceModel
+from .base import FORMATS, FormatResult, SourceModel
 from .publish import drop_formats, keep_rejected
+from .recovery import Recovery, RecoveryConfig, convert_format, copy_into
+from .recovery.report import REPORT_STEM, write_report
 from .summary import FormatOutcome, ProfileSummary
 
 if TYPE_CHECKING:
@@ -48,6 +50,7 @@ class BuildContext:
     options: dict[str, Any] = field(default_factory=dict)
     task: Callable | None = None
     log: Callable[[str], None] = print
+    recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
 
     def say(self, line: str) -> None:
         self.log(f"[{self.profile.name}] {line}")
@@ -73,57 +76,43 @@ def build_profile(ctx: BuildContext) -> ProfileSummary:
     return summary
 
 
-def _run_format(fmt: str, job: ConvertJob) -> FormatResult:
-    try:
-        converter = FORMATS.get(fmt)
-    except ImportError as exc:
-        raise ConversionError(f"Artifact format '{fmt}' is not available in this installation ({exc}).") from None
-    return converter(job)
-
-
-def _convert_formats(ctx: BuildContext, stage: Path) -> tuple[dict[str, FormatResult], dict[str, FormatOutcome], list[str]]:
+def _convert_formats(ctx: BuildContext) -> tuple[dict[str, Recovery], dict[str, FormatOutcome], list[str]]:
+    """Each format: its baseline candidate and, when that fails the gate, the recovery loop."""
     cs = ctx.prep.calib
-    results: dict[str, FormatResult] = {}
+    recs: dict[str, Recovery] = {}
     failed: dict[str, FormatOutcome] = {}
     warnings = list(cs.warnings)
     for fmt in ctx.profile.artifact.formats:
         ctx.say(f"{fmt}: converting")
-        (ctx.scratch / fmt).mkdir(parents=True)
-        before = {p for p in stage.rglob("*")}
-        job = ConvertJob(source=ctx.source, profile=ctx.profile, input_shapes=ctx.prep.shapes.shapes, calib=cs.calib,
-                         holdout=cs.holdout, calibrated=cs.calibrated, preprocess=cs.preprocess, workdir=stage,
-                         scratch=ctx.scratch / fmt, log=lambda m, f=fmt: ctx.say(f"{f}: {m}"),
-                         options=dict(ctx.options), onnx_provider=ctx.prep.onnx, tflite_provider=ctx.prep.tflite,
-                         cache={"shared": ctx.prep.shared, "dir": ctx.scratch / fmt})
+        if fmt not in FORMATS:
+            failed[fmt] = FormatOutcome(fmt, "conversion_failed", f"format '{fmt}' is not available in this installation")
+            continue
         try:
-            results[fmt] = _run_format(fmt, job)
+            recs[fmt] = convert_format(ctx, fmt, ctx.recovery)
         except ConversionError as exc:
             reason = exc.message + (f" (hint: {exc.hint})" if exc.hint else "")
             failed[fmt] = FormatOutcome(fmt, "conversion_failed", reason)
             ctx.say(f"{fmt}: conversion FAILED: {reason}")
-            for p in sorted(set(stage.rglob("*")) - before, reverse=True):  # leave nothing of it behind
-                p.unlink() if p.is_file() else p.rmdir()
             continue
-        for w in results[fmt].warnings:
+        for w in recs[fmt].chosen.result.warnings:
             ctx.say(f"warning: {fmt}: {w}")
             warnings.append(f"{fmt}: {w}")
-    return results, failed, warnings
+    return recs, failed, warnings
 
 
 def _build(ctx: BuildContext, final: Path, stage: Path) -> ProfileSummary:
     name, cs = ctx.profile.name, ctx.prep.calib
-    results, outcomes, warnings = _convert_formats(ctx, stage)
-    if not results:
+    recs, outcomes, warnings = _convert_formats(ctx)
+    if not recs:
         raise _NothingPublished(ProfileSummary(name, str(final), False, [], [], "not_run", {}, warnings,
                                                list(outcomes.values()), error="no format could be converted"))
-    manifest = _manifest(ctx, results, stage, warnings)
-    write_manifest(stage, manifest)
-    ctx.say(f"accuracy gate on {len(cs.holdout)} held-back sample(s)")
-    reports = {}
-    for fmt in results:
-        r = acc.evaluate(stage, acc.gate_step(ctx.profile, fmt), cs.holdout, ctx.prep.reference, ctx.profile.accuracy,
-                         ctx.prep.kinds, ctx.task)
-        reports[fmt] = r
+    for rec in recs.values():
+        copy_into(rec.chosen, stage)
+    results = {fmt: rec.chosen.result for fmt, rec in recs.items()}
+    reports = {fmt: rec.chosen.report for fmt, rec in recs.items()}
+    manifest = manifest_for(ctx, results, stage, warnings)
+    _record_recovery(ctx, manifest, recs, stage)
+    for fmt, r in reports.items():
         where = f"{r['backend']}/{r['device']}" + ("" if r["native"] else " (CPU stand-in)")
         ctx.say(f"{fmt} gate on {where}: {acc.format_metrics(r['outputs'])}")
         ctx.say(f"{fmt} gate: " + ("passed" if r["passed"] else "FAILED: " + "; ".join(r["failures"])))
@@ -151,7 +140,11 @@ def _build(ctx: BuildContext, final: Path, stage: Path) -> ProfileSummary:
                                                rejected, "every format failed its accuracy gate"))
     if failing and not ctx.allow_drop:
         drop_formats(stage, manifest, set(failing))
-        manifest = _manifest(ctx, {f: results[f] for f in publish}, stage, warnings)
+        recovery = manifest.backend_options.get("recovery")
+        manifest = manifest_for(ctx, {f: results[f] for f in publish}, stage, warnings)
+        if recovery:
+            manifest.backend_options["recovery"] = {f: v for f, v in recovery.items() if f in publish}
+        manifest.artifacts += [a for a in _report_files(stage, publish)]
         accuracy = dict(accuracy, gate="passed" if meaningful else "not_meaningful",
                         formats={f: reports[f] for f in publish},
                         rejected={f: {"status": "gate_failed", "failures": reports[f]["failures"], "kept_in": rejected}
@@ -178,7 +171,7 @@ def _with_kinds(specs: list[TensorSpec], kinds: dict[str, OutputKind], source_ou
     return specs
 
 
-def _manifest(ctx: BuildContext, results: dict[str, FormatResult], stage: Path, warnings: list[str]) -> Manifest:
+def manifest_for(ctx: BuildContext, results: dict[str, FormatResult], stage: Path, warnings: list[str]) -> Manifest:
     source, prof, prep = ctx.source, ctx.profile, ctx.prep
     primary = next(r for f, r in results.items())
     artifacts = []
@@ -204,3 +197,33 @@ def _manifest(ctx: BuildContext, results: dict[str, FormatResult], stage: Path, 
         preprocessing=Preprocessing(spec, pp.spec_hash(cs.preprocess)), tools=tools,
         accuracy={"gate": "pending"}, calibration=dict(cs.info), static_shapes=static,
         backend_options=backend_options, warnings=list(dict.fromkeys(warnings)))
+
+
+def _record_recovery(ctx: BuildContext, manifest: Manifest, recs: dict[str, Recovery], stage: Path) -> None:
+    """The recipe and the recovery log per format; the sensitivity report beside the artifact."""
+    feed = ctx.prep.calib.holdout[0]
+    record = {}
+    for fmt, rec in recs.items():
+        ran = len(rec.steps) > 1 or rec.chosen.recipe.float_nodes or rec.chosen.recipe.calibration
+        if not ran:
+            continue
+        record[fmt] = rec.record(feed)
+        if rec.ranking:
+            write_report(stage, fmt, ctx.profile.name, rec)
+        if fmt == "onnx-qdq" and rec.chosen.recipe.float_nodes and "tensorrt" in manifest.backend_options:
+            manifest.backend_options["tensorrt"]["float_layers"] = list(rec.chosen.recipe.float_nodes)
+            manifest.backend_options["tensorrt"]["float_layers_note"] = (
+                "no Q/DQ around these layers: TensorRT runs them in FP16/FP32 (a precision constraint), the rest in int8")
+    if record:
+        manifest.backend_options["recovery"] = record
+        manifest.artifacts += _report_files(stage, list(recs))
+
+
+def _report_files(stage: Path, formats: list[str]):
+    out = []
+    for fmt in formats:
+        for suffix in (".json", ".md"):
+            rel = f"{REPORT_STEM}.{fmt}{suffix}"
+            if (stage / rel).is_file():
+                out.append(file_entry(stage, rel, fmt=fmt, precision="n/a", role="log"))
+    return out

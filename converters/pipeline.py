@@ -33,6 +33,7 @@ from . import accuracy as acc
 from .base import FORMATS, SourceModel
 from .build import BuildContext, build_profile
 from .calibration import CalibrationSet, load_calibration
+from .recovery import RecoveryConfig
 from .shapes import StaticShapes, fix_shapes, parse_input_shape
 from .sources import read_source, to_static_onnx
 from .summary import ConvertSummary, ProfileSummary
@@ -123,7 +124,8 @@ class Prepared:
 
 def convert(model, profiles, out, *, calib=None, calib_count: int | None = None, input_shapes=None, preprocess=None,
             allow_accuracy_drop: bool = False, force: bool = False, validation_fn: Callable | None = None,
-            validation=None, outputs=None, metric=None,
+            validation=None, outputs=None, metric=None, recover: str = "mixed", recover_budget: float | None = None,
+            float_nodes=None, calib_method: str | None = None,
             progress: Callable[[str], None] | None = _stderr) -> ConvertSummary:
     """Convert ``model`` for each profile into ``out/<profile>/``.
 
@@ -146,6 +148,13 @@ def convert(model, profiles, out, *, calib=None, calib_count: int | None = None,
             (see :mod:`edge_sdk.outputs`).
         metric: A task metric run beside the gate on each format (a callable, or
             ``"path.py:function"`` / ``"module:function"``; contract in :mod:`.accuracy.task`).
+        recover: When a format fails its gate: ``off``, ``calibration`` (try the toolchain's
+            calibration alternatives) or ``mixed`` (then keep the most sensitive layers float).
+        recover_budget: Seconds the recovery of one format may take (default: twice the time of
+            its first candidate, at least 15 s).
+        float_nodes: Layers to keep float from the start: node names or op types, shell patterns
+            (``"*/head/*"``, ``"Softmax"``), matched against each format's own names.
+        calib_method: ``minmax``, ``percentile`` or ``entropy`` instead of the profile's.
         progress: Called with one line per profile and stage (default: stderr; None: silent).
 
     Returns:
@@ -161,8 +170,11 @@ def convert(model, profiles, out, *, calib=None, calib_count: int | None = None,
     out_created = not Path(out).exists()
     try:
         with contextlib.redirect_stdout(sys.stderr), no_telemetry():
+            patterns = (float_nodes,) if isinstance(float_nodes, str) else tuple(float_nodes or ())
+            cfg = RecoveryConfig(mode=recover, budget_s=recover_budget, float_patterns=patterns,  # type: ignore[arg-type]
+                                 calib_method=calib_method)
             return _convert(model, profiles, Path(out), calib, calib_count, input_shapes, preprocess,
-                            allow_accuracy_drop, force, validation_fn, validation, outputs, metric,
+                            allow_accuracy_drop, force, validation_fn, validation, outputs, metric, cfg,
                             progress or (lambda _line: None))
     finally:
         # Leave no trace of a run that published nothing: remove the output folder we created.
@@ -185,7 +197,7 @@ def _locked(out: Path, log):
 
 
 def _convert(model, profiles, out: Path, calib, calib_count, input_shapes, preprocess, allow_drop, force,
-             validation_fn, validation, outputs, metric, log) -> ConvertSummary:
+             validation_fn, validation, outputs, metric, recovery: RecoveryConfig, log) -> ConvertSummary:
     profs = _resolve_profiles(profiles, log)
     existing = [p.name for p in profs if (out / p.name).exists()]
     if existing and not force:
@@ -216,7 +228,8 @@ def _convert(model, profiles, out: Path, calib, calib_count, input_shapes, prepr
                                          declared, root / f"prep{len(prepared)}", log)
                 kinds_report = acc.kinds_table(prepared[key].kinds)
             ctx = BuildContext(source=source, profile=prof, prep=prepared[key], out=out, scratch=root / prof.name,
-                               force=force, allow_drop=allow_drop, options=options, task=task, log=log)
+                               force=force, allow_drop=allow_drop, options=options, task=task, log=log,
+                               recovery=recovery)
             summaries.append(build_profile(ctx))
     summary = ConvertSummary(str(model), source.format, str(out), summaries, kinds_report)
     log("")

@@ -259,13 +259,14 @@ def _float_ops(model: bytes) -> list[str]:
             if i.op not in ("QUANTIZE", "DEQUANTIZE", "SHAPE") and any("float" in r for r in i.reasons)]
 
 
-def _custom_tail(model: bytes) -> int | None:
-    """Index of the first op of the CPU tail a custom op makes: the custom op itself, or the
-    DEQUANTIZE ops feeding it (their float outputs belong to the tail too)."""
+def _cpu_tail(model: bytes, float_nodes=()) -> int | None:
+    """Index of the first op of the CPU tail: the first custom op or layer kept float (by its
+    output tensor name), or the DEQUANTIZE ops feeding it (their float outputs belong to the tail)."""
     from .graph import from_tflite
 
     g = from_tflite(model)
-    first = next((k for k, n in enumerate(g.nodes) if n.native.startswith("CUSTOM:")), None)
+    floats = set(float_nodes)
+    first = next((k for k, n in enumerate(g.nodes) if n.native.startswith("CUSTOM:") or floats & set(n.outputs)), None)
     if first is None:
         return None
     feeders = [g.producer(t) for t in g.nodes[first].inputs if t]
@@ -292,7 +293,7 @@ def _edgetpu_step(job: ConvertJob, model: bytes, model_path: Path, result: Forma
     result.backend_options["edgetpu_precheck"] = report.to_dict()
     # A custom op (which nothing quantizes) ends what the compiler maps: it and everything after it
     # run on the CPU, float included. Only what comes before it must be Edge TPU-clean.
-    tail = _custom_tail(model)
+    tail = _cpu_tail(model, job.recipe.float_nodes)
     blocking = [b for b in report.blocking if tail is None or not _issue_at_or_after(b, tail)]
     if blocking:
         raise ConversionError(
@@ -304,8 +305,11 @@ def _edgetpu_step(job: ConvertJob, model: bytes, model_path: Path, result: Forma
         if line.startswith("about") or (not report.ok and tail is None):
             result.warnings.append(f"Edge TPU pre-check: {line}")
     if tail is not None:
-        result.warnings.append(f"Edge TPU: custom op at #{tail} ends the mapped part; it and the "
-                               f"{report.total_ops - tail - 1} op(s) after it run on the CPU")
+        result.warnings.append(f"Edge TPU: op #{tail} (a custom op or a layer kept float) ends the mapped part: "
+                               f"{tail} of {report.total_ops} ops ({tail / max(report.total_ops, 1):.0%}) can map to the "
+                               "TPU, the rest run on the CPU")
+        result.backend_options["edgetpu_precheck"]["cpu_tail_from"] = tail
+        result.backend_options["edgetpu_precheck"]["tpu_fraction"] = round(min(report.tpu_fraction, tail / max(report.total_ops, 1)), 4)
     compiled = compile_model(model_path, model_path.parent, job.profile.operators.compiler or "edgetpu_compiler")
     result.backend_options["edgetpu"] = compiled.to_dict()
     if compiled.compiled:
@@ -334,7 +338,11 @@ def convert(job: ConvertJob) -> FormatResult:
     model, converted = _int8(job)
     strict_int = integer_only(job)
     float_ops = _float_ops(model)
-    blocking = [f for f in float_ops if not f.split(" ", 1)[-1].startswith("CUSTOM:")]
+    tail = _cpu_tail(model, job.recipe.float_nodes)
+    # Custom ops (nothing quantizes them) and layers the recipe keeps float make a CPU tail; any
+    # other float op in the part before it is what an integer-only target cannot take.
+    blocking = [f for f in float_ops if not f.split(" ", 1)[-1].startswith("CUSTOM:")
+                and (tail is None or int(f.split(" ", 1)[0].lstrip("#")) < tail)]
     if blocking and strict_int:
         raise ConversionError(
             f"Ops left in float after int8 quantization for {job.profile.name}: {', '.join(blocking[:8])}.",

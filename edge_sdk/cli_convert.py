@@ -29,11 +29,19 @@ from .errors import ConversionError
                    "mask, embedding, sequence, packed, tensor); e.g. output0:packed:axis=1,boxes=0-4,scores=4-84. Repeatable.")
 @click.option("--metric", default=None, metavar="FILE.py:FUNC|MODULE:FUNC",
               help="A task metric run beside the gate: f(float_outputs, int8_outputs, inputs) -> {'passed': bool, ...}.")
+@click.option("--recover", type=click.Choice(["off", "calibration", "mixed"]), default="mixed", show_default=True,
+              help="When a format fails its gate: try calibration alternatives, then keep the most sensitive layers float.")
+@click.option("--recover-budget", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="Time one format's recovery may take (default: twice its first candidate's time, at least 15 s).")
+@click.option("--float-nodes", "float_nodes", multiple=True, metavar="PATTERN",
+              help="Keep these layers float: node names or op types, shell patterns. Repeatable.")
+@click.option("--calib-method", type=click.Choice(["minmax", "percentile", "entropy"]), default=None,
+              help="Activation range method instead of the profile's.")
 @click.option("--allow-accuracy-drop", is_flag=True, help="Write the artifact even if the accuracy gate fails.")
 @click.option("--force", is_flag=True, help="Replace existing artifact folders.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
-def convert(model, profiles, out, calib, validation, calib_count, input_shapes, preprocess, outputs, metric,
-            allow_accuracy_drop, force, as_json):
+def convert(model, profiles, out, calib, validation, calib_count, input_shapes, preprocess, outputs, metric, recover,
+            recover_budget, float_nodes, calib_method, allow_accuracy_drop, force, as_json):
     """Convert MODEL (ONNX, SavedModel, .keras/.h5, float .tflite) into one artifact per --profile.
 
     Every profile is attempted; each format is judged by the accuracy gate and published on its
@@ -45,7 +53,9 @@ def convert(model, profiles, out, calib, validation, calib_count, input_shapes, 
     try:
         summary = run_convert(model, list(profiles), out, calib=calib, validation=validation, calib_count=calib_count,
                               input_shapes=list(input_shapes), preprocess=preprocess, outputs=list(outputs),
-                              metric=metric, allow_accuracy_drop=allow_accuracy_drop, force=force)
+                              metric=metric, recover=recover, recover_budget=recover_budget,
+                              float_nodes=list(float_nodes), calib_method=calib_method,
+                              allow_accuracy_drop=allow_accuracy_drop, force=force)
     except ConversionError as exc:
         report = getattr(exc, "report", None)
         if as_json and report:

@@ -69,3 +69,56 @@ def yolo_feeds(n: int, seed: int = 3) -> np.ndarray:
 
     images, _ = digit_images(n, 64, seed)
     return (images.astype(np.float32) / 255.0).transpose(0, 3, 1, 2).copy()
+
+
+OUTLIER_INPUT = "x"
+OUTLIER_SHAPE = (1, 4, 16, 16)
+
+
+def outlier_onnx(path: str | Path, seed: int = 3) -> Path:
+    """One layer whose output has a channel ~400x larger than the others, undone by the next layer.
+
+    ``conv_a -> relu -> conv_outlier -> conv_mix -> GAP -> Softmax(classes)``. The outlier
+    channel is dense (every value large), so no clipping calibration (percentile, entropy) can
+    save the small channels that share its int8 scale: only keeping ``conv_outlier`` (and the
+    layer reading its output) float does.
+    """
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    wa = rng.normal(0, 0.5, (8, 4, 3, 3)).astype(np.float32)
+    wo = rng.normal(0, 0.3, (8, 8, 1, 1)).astype(np.float32)
+    bo = np.zeros(8, np.float32)
+    wo[0] *= 0.0
+    bo[0] = 400.0  # channel 0: a dense, near-constant 400 (plus a little signal)
+    wo[0, :, 0, 0] = rng.normal(0, 2.0, 8)
+    wm = rng.normal(0, 0.5, (6, 8, 1, 1)).astype(np.float32)
+    wm[:, 0] = 1.0 / 400.0  # the mix reads channel 0 at 1/400 scale: it barely matters to the output
+    inits = [numpy_helper.from_array(a, n) for a, n in ((wa, "wa"), (wo, "wo"), (bo, "bo"), (wm, "wm"))]
+    inits.append(numpy_helper.from_array(np.array([1, 6], np.int64), "flat"))
+    nodes = [
+        helper.make_node("Conv", ["x", "wa"], ["a"], pads=[1, 1, 1, 1], name="conv_a"),
+        helper.make_node("Relu", ["a"], ["a_r"], name="relu_a"),
+        helper.make_node("Conv", ["a_r", "wo", "bo"], ["o"], name="conv_outlier"),
+        helper.make_node("Conv", ["o", "wm"], ["m"], name="conv_mix"),
+        helper.make_node("GlobalAveragePool", ["m"], ["g"], name="gap"),
+        helper.make_node("Reshape", ["g", "flat"], ["logits"], name="flatten"),
+        helper.make_node("Softmax", ["logits"], ["probs"], axis=-1, name="softmax"),
+    ]
+    graph = helper.make_graph(nodes, "outlier", [helper.make_tensor_value_info(OUTLIER_INPUT, TensorProto.FLOAT, list(OUTLIER_SHAPE))],
+                              [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [1, 6])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="edge-sdk-tests")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    return path
+
+
+def outlier_feeds(n: int, seed: int = 1) -> np.ndarray:
+    """Noise images with a per-sample offset per channel (so the classes the model predicts vary)."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0, 1, (n, *OUTLIER_SHAPE[1:])) + rng.normal(0, 2.0, (n, OUTLIER_SHAPE[1], 1, 1))
+    return x.astype(np.float32)

@@ -35,6 +35,24 @@ def _r(x: float, nd: int = 6) -> float | str:
     return float(f"{x:.{nd}g}")
 
 
+def _check(out: dict[str, Any], fails: list[str], key: str, value: float, threshold: float, higher: bool,
+           message: str) -> None:
+    """Judge one figure: record its relative margin to the threshold (>= 0 passes) and fail if below."""
+    margin = (value - threshold) if higher else (threshold - value)
+    out.setdefault("margins", {})[key] = round(margin / max(abs(threshold), 1e-6), 4)
+    if margin < 0:
+        fails.append(message)
+
+
+def score(outputs: dict[str, dict[str, Any]]) -> float:
+    """The worst relative margin over every judged figure of every output and group (>= 0: passes)."""
+    margins = []
+    for m in outputs.values():
+        for part in [m, *m.get("groups", {}).values()]:
+            margins += list(part.get("margins", {}).values())
+    return min(margins) if margins else 0.0
+
+
 def whole_tensor(r: np.ndarray, t: np.ndarray) -> dict[str, Any]:
     """Cosine, SQNR (dB) and max abs error over all values (for the record; judges ``tensor``)."""
     r, t = r.ravel(), t.ravel()
@@ -82,13 +100,13 @@ def scores_metrics(r: np.ndarray, t: np.ndarray, axis: int, activation: str, spe
         top = p[confident].argmax(axis=1)
         err = np.abs(p[confident, top] - q[confident, top])
         out["score_error"] = _r(float(err.mean()))
-        if err.mean() > g.max_score_error:
-            fails.append(f"score error {err.mean():.3f} > {g.max_score_error} on {int(confident.sum())} confident position(s)")
+        _check(out, fails, "score_error", float(err.mean()), g.max_score_error, False,
+               f"score error {err.mean():.3f} > {g.max_score_error} on {int(confident.sum())} confident position(s)")
         if classes > 1:
             agree = top == q[confident].argmax(axis=1)
             out["top1_agreement"] = _r(float(agree.mean()))
-            if agree.mean() < spec.min_top1_agreement:
-                fails.append(f"top-1 agreement {agree.mean():.3f} < {spec.min_top1_agreement}")
+            _check(out, fails, "top1_agreement", float(agree.mean()), spec.min_top1_agreement, True,
+                   f"top-1 agreement {agree.mean():.3f} < {spec.min_top1_agreement}")
             if classes > 5:
                 top5 = np.argsort(-q[confident], axis=1)[:, :5]
                 out["top5_agreement"] = _r(float(np.mean(np.any(top5 == top[:, None], axis=1))))
@@ -102,9 +120,10 @@ def scores_metrics(r: np.ndarray, t: np.ndarray, axis: int, activation: str, spe
         precision = float(np.mean(p[pos_t] >= soft)) if pos_t.any() else 1.0
         f1 = 0.0 if recall + precision == 0 else 2 * recall * precision / (recall + precision)
         out["positive_f1"] = _r(f1)
-        if (pos_r.any() or pos_t.any()) and f1 < g.min_positive_f1:
-            fails.append(f"positives (score >= {thr}) F1 {f1:.3f} < {g.min_positive_f1} "
-                         f"(float {int(pos_r.sum())}, int8 {int(pos_t.sum())}; recall {recall:.2f}, precision {precision:.2f})")
+        if pos_r.any() or pos_t.any():
+            _check(out, fails, "positive_f1", f1, g.min_positive_f1, True,
+                   f"positives (score >= {thr}) F1 {f1:.3f} < {g.min_positive_f1} "
+                   f"(float {int(pos_r.sum())}, int8 {int(pos_t.sum())}; recall {recall:.2f}, precision {precision:.2f})")
     return out, fails, confident
 
 
@@ -122,10 +141,9 @@ def regression_metrics(r: np.ndarray, t: np.ndarray, axis: int, spec: AccuracySp
     mean, p99 = float(err.mean()), float(np.percentile(err, 99))
     out.update(range_error=_r(mean), range_error_p99=_r(p99), range_error_max=_r(float(err.max())))
     fails = []
-    if mean > g.max_error:
-        fails.append(f"mean error {mean:.2%} of the range > {g.max_error:.0%}")
-    if p99 > g.max_error_p99:
-        fails.append(f"p99 error {p99:.2%} of the range > {g.max_error_p99:.0%}")
+    _check(out, fails, "range_error", mean, g.max_error, False, f"mean error {mean:.2%} of the range > {g.max_error:.0%}")
+    _check(out, fails, "range_error_p99", p99, g.max_error_p99, False,
+           f"p99 error {p99:.2%} of the range > {g.max_error_p99:.0%}")
     return out, fails
 
 
@@ -144,7 +162,9 @@ def map_metrics(r: np.ndarray, t: np.ndarray, activation: str, spec: AccuracySpe
     span = float(np.ptp(p)) or 1.0
     out = {"iou": _r(iou), "area": [_r(float(a.mean()), 4), _r(float(b.mean()), 4)],
            "mean_error": _r(float(np.mean(np.abs(p - q))) / span)}
-    return out, ([f"IoU {iou:.3f} < {g.min_iou}"] if iou < g.min_iou else [])
+    fails: list[str] = []
+    _check(out, fails, "iou", iou, g.min_iou, True, f"IoU {iou:.3f} < {g.min_iou}")
+    return out, fails
 
 
 def embedding_metrics(r: np.ndarray, t: np.ndarray, spec: AccuracySpec) -> tuple[dict[str, Any], list[str]]:
@@ -154,10 +174,9 @@ def embedding_metrics(r: np.ndarray, t: np.ndarray, spec: AccuracySpec) -> tuple
     cos = np.where(denom > 0, np.sum(rr * tt, axis=1) / np.maximum(denom, 1e-30), 1.0)
     out = {"cosine_mean": _r(float(cos.mean())), "cosine_min": _r(float(cos.min()))}
     fails = []
-    if cos.mean() < g.min_cosine:
-        fails.append(f"mean cosine {cos.mean():.4f} < {g.min_cosine}")
-    if cos.min() < g.min_sample_cosine:
-        fails.append(f"worst sample cosine {cos.min():.4f} < {g.min_sample_cosine}")
+    _check(out, fails, "cosine_mean", float(cos.mean()), g.min_cosine, True, f"mean cosine {cos.mean():.4f} < {g.min_cosine}")
+    _check(out, fails, "cosine_min", float(cos.min()), g.min_sample_cosine, True,
+           f"worst sample cosine {cos.min():.4f} < {g.min_sample_cosine}")
     return out, fails
 
 
@@ -171,20 +190,19 @@ def sequence_metrics(r: np.ndarray, t: np.ndarray, kind: OutputKind, spec: Accur
     seq = float(np.mean(same))
     out = {"step_agreement": _r(step), "sequence_agreement": _r(seq), "ctc_blank": kind.blank}
     fails = []
-    if step < g.min_step_agreement:
-        fails.append(f"step agreement {step:.3f} < {g.min_step_agreement}")
-    if seq < g.min_sequence_agreement:
-        fails.append(f"whole-sequence agreement {seq:.3f} < {g.min_sequence_agreement}"
+    _check(out, fails, "step_agreement", step, g.min_step_agreement, True, f"step agreement {step:.3f} < {g.min_step_agreement}")
+    _check(out, fails, "sequence_agreement", seq, g.min_sequence_agreement, True,
+           f"whole-sequence agreement {seq:.3f} < {g.min_sequence_agreement}"
                      + (" (CTC-collapsed)" if kind.blank is not None else ""))
     return out, fails
 
 
-def tensor_metrics(whole: dict[str, Any], spec: AccuracySpec) -> list[str]:
-    fails = []
-    if float(whole["cosine"]) < spec.min_cosine:
-        fails.append(f"cosine {float(whole['cosine']):.4f} < {spec.min_cosine}")
-    if float(whole["sqnr_db"]) < spec.min_sqnr_db:
-        fails.append(f"SQNR {float(whole['sqnr_db']):.2f} dB < {spec.min_sqnr_db} dB")
+def tensor_metrics(whole: dict[str, Any], spec: AccuracySpec, out: dict[str, Any]) -> list[str]:
+    fails: list[str] = []
+    _check(out, fails, "cosine", float(whole["cosine"]), spec.min_cosine, True,
+           f"cosine {float(whole['cosine']):.4f} < {spec.min_cosine}")
+    sqnr = float(whole["sqnr_db"])
+    _check(out, fails, "sqnr_db", min(sqnr, 1e3), spec.min_sqnr_db, True, f"SQNR {sqnr:.2f} dB < {spec.min_sqnr_db} dB")
     return fails
 
 
@@ -211,8 +229,11 @@ def judge_part(r: np.ndarray, t: np.ndarray, kind: str, axis: int, activation: s
     elif kind == "sequence":
         figures, f = sequence_metrics(r, t, okind, spec)
     else:
-        figures, f = {}, tensor_metrics(whole, spec)
+        figures = {}
+        f = tensor_metrics(whole, spec, figures)
     out.update(figures)
+    if collapsed:
+        out.setdefault("margins", {})["collapse"] = -1.0
     fails.extend(f)
     out["passed"] = not fails
     return out, fails, conf

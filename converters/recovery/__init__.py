@@ -1,0 +1,296 @@
+"""Accuracy recovery: a loop *around* the format converters, judged by the gate.
+
+When a format's baseline candidate fails its gate (``--recover``, default ``mixed``):
+
+1. **calibration**: the alternatives its toolchain offers (ONNX Runtime percentile / entropy;
+   NNCF's quantile estimator and full bias correction; the TFLite route's percentile ranges), in
+   order, stopping at the first that passes. Calibration statistics are computed once per method.
+2. **mixed precision** (``mixed`` only): the sensitivity report ranks the layers of the best
+   candidate so far by the error each adds (:mod:`.sensitivity`); the top layers are tried
+   float one at a time (their *gain* recorded), then the fewest top layers together that pass.
+   The target is respected: on the Edge TPU a float layer ends what the compiler maps, so only
+   layers in the graph's tail are candidates and the mapped share is reported; on TensorRT a
+   float layer is a precision constraint (recorded for the engine build).
+
+It stops at the time budget (``--recover-budget``; default twice the baseline's own time, at
+least 15 s). When nothing passes, the best candidate's figures and the report are what the user
+gets, and the candidate is kept for inspection. The chosen recipe, every step with its time, the
+figures before and after, and size and local p50 before and after go into the manifest.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from edge_sdk.errors import ConversionError, InputValidationError
+
+from ..base import Recipe
+from .candidates import Candidate, copy_into, local_p50_ms, make_candidate
+from .sensitivity import LayerError, layer_errors
+
+if TYPE_CHECKING:
+    from ..build import BuildContext
+
+RecoverMode = Literal["off", "calibration", "mixed"]
+#: Budget when the user sets none: this many times the baseline candidate's own time...
+BUDGET_FACTOR = 2.0
+#: ...but never less than this (small models are fast; a few candidates still fit).
+MIN_BUDGET_S = 15.0
+#: Layers whose gain alone is measured (the report's "gain" column).
+GAIN_TOP = 3
+#: Cumulative float-layer counts tried, fewest first.
+MIXED_STEPS = (2, 3, 4, 6, 8, 12)
+#: Edge TPU: float layers only in the last part of the graph (the CPU tail).
+EDGETPU_MIN_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class RecoveryConfig:
+    """What the user asked of recovery (the CLI's --recover, --recover-budget, --float-nodes, --calib-method)."""
+
+    mode: RecoverMode = "mixed"
+    budget_s: float | None = None
+    float_patterns: tuple[str, ...] = ()
+    calib_method: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("off", "calibration", "mixed"):
+            raise InputValidationError(f"--recover must be off, calibration or mixed, got '{self.mode}'.")
+        if self.budget_s is not None and not (self.budget_s >= 0):
+            raise InputValidationError(f"--recover-budget must be a number of seconds >= 0, got {self.budget_s}.")
+        if self.calib_method not in (None, "minmax", "percentile", "entropy"):
+            raise InputValidationError(f"--calib-method must be minmax, percentile or entropy, got '{self.calib_method}'.")
+
+
+#: Calibration alternatives per format, tried in order after the baseline.
+ALTERNATIVES: dict[str, list[Recipe]] = {
+    "onnx-qdq": [Recipe(calibration="percentile", name="percentile"), Recipe(calibration="entropy", name="entropy")],
+    "openvino-ir": [Recipe(calibration="percentile", name="percentile"),
+                    Recipe(calibration="percentile", options=(("bias_correction", "full"),), name="percentile+full-bias-correction")],
+    "tflite-int8": [Recipe(calibration="percentile", name="percentile")],
+}
+
+
+def user_recipe(cfg: RecoveryConfig, names: list[tuple[str, str]]) -> Recipe:
+    """The baseline recipe: the user's --calib-method and --float-nodes (patterns over names or op types).
+
+    Args:
+        names: (layer name, op type) of the format's graph.
+    """
+    nodes, ops = [], []
+    for pat in cfg.float_patterns:
+        matched = [n for n, _ in names if fnmatch.fnmatchcase(n, pat)]
+        typed = sorted({op for _, op in names if fnmatch.fnmatchcase(op, pat)})
+        nodes += matched
+        ops += typed
+    why = tuple((n, "--float-nodes") for n in dict.fromkeys(nodes))
+    return Recipe(calibration=cfg.calib_method, float_nodes=tuple(dict.fromkeys(nodes)), float_ops=tuple(ops),
+                  name="baseline" if not (nodes or ops or cfg.calib_method) else "user", why=why)
+
+
+@dataclass
+class Recovery:
+    """What the loop did for one format (recorded in the manifest and the report)."""
+
+    fmt: str
+    chosen: Candidate
+    baseline: Candidate
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    ranking: list[LayerError] = field(default_factory=list)
+    seconds: float = 0.0
+    budget_s: float = 0.0
+    stopped: str = ""
+
+    def record(self, feed) -> dict[str, Any]:
+        """The manifest's ``backend_options.recovery.<format>``."""
+        from .. import accuracy as acc
+
+        c, b = self.chosen, self.baseline
+        rec = {"recipe": c.recipe.to_dict(c.facts["job"].profile), "passed": c.passed, "steps": self.steps,
+               "seconds": round(self.seconds, 1), "budget_s": round(self.budget_s, 1), "stopped": self.stopped,
+               "before": acc.format_metrics(b.report["outputs"]), "after": acc.format_metrics(c.report["outputs"]),
+               "size_before": b.size(), "size_after": c.size()}
+        if c is not b:
+            rec["p50_ms_before"], rec["p50_ms_after"] = local_p50_ms(b, feed), local_p50_ms(c, feed)
+        if self.ranking:
+            rec["top_layers"] = [e.to_dict() for e in self.ranking[:10]]
+        return rec
+
+
+def _graph_names(fmt: str, job) -> list[tuple[str, str]]:
+    """(layer name, op type) in the format's own vocabulary, for --float-nodes patterns."""
+    from ..graph import from_onnx_file, from_tflite
+
+    if fmt == "onnx-qdq":
+        from ..onnx_qdq import _prepped
+
+        g = from_onnx_file(_prepped(job)[0])
+        return [(n.name, n.op) for n in g.nodes]
+    if fmt == "tflite-int8":
+        from ..tflite_int8 import float_form
+
+        g = from_tflite(float_form(job).model)
+        return [(n.outputs[0], n.native) for n in g.nodes if n.outputs]
+    if fmt == "openvino-ir":
+        from ..openvino_ir import _read
+
+        model, _ = _read(job)
+        return [(op.get_friendly_name(), op.get_type_name()) for op in model.get_ordered_ops()]
+    return []
+
+
+class Loop:
+    """Makes candidates for one format under a budget, keeps the best, writes the log."""
+
+    def __init__(self, ctx: "BuildContext", fmt: str, cfg: RecoveryConfig):
+        self.ctx, self.fmt, self.cfg = ctx, fmt, cfg
+        self.cache = {"shared": ctx.prep.shared, "dir": ctx.scratch / fmt}
+        (ctx.scratch / fmt).mkdir(parents=True, exist_ok=True)
+        self.count = 0
+        self.steps: list[dict[str, Any]] = []
+        self.deadline = float("inf")
+
+    def job(self):
+        """A job sharing this loop's cache, for reading the format's graph."""
+        from ..base import ConvertJob
+
+        cs = self.ctx.prep.calib
+        work = self.ctx.scratch / self.fmt / "names"
+        work.mkdir(parents=True, exist_ok=True)
+        return ConvertJob(source=self.ctx.source, profile=self.ctx.profile, input_shapes=self.ctx.prep.shapes.shapes,
+                          calib=cs.calib, holdout=cs.holdout, calibrated=cs.calibrated, preprocess=cs.preprocess,
+                          workdir=work, scratch=work, log=lambda m: self.ctx.say(f"{self.fmt}: {m}"),
+                          options=dict(self.ctx.options), onnx_provider=self.ctx.prep.onnx,
+                          tflite_provider=self.ctx.prep.tflite, cache=self.cache)
+
+    def make(self, recipe: Recipe) -> Candidate | None:
+        folder = self.ctx.scratch / self.fmt / f"candidate-{self.count}"
+        self.count += 1
+        t0 = time.perf_counter()
+        try:
+            cand = make_candidate(self.ctx, self.fmt, recipe, folder, self.cache)
+        except ConversionError as exc:
+            if self.count == 1:
+                raise
+            self.steps.append({"recipe": recipe.name, "seconds": round(time.perf_counter() - t0, 2), "passed": False,
+                               "error": exc.message})
+            self.ctx.say(f"{self.fmt}: recovery step '{recipe.name}' could not convert: {exc.message}")
+            return None
+        self.steps.append(cand.step())
+        if self.count > 1:
+            self.ctx.say(f"{self.fmt}: recovery '{recipe.name}' ({cand.seconds:.1f} s): "
+                         + ("passed" if cand.passed else f"score {cand.score:+.3f}") + f"; {cand.step()['figures']}")
+        return cand
+
+    def time_left(self) -> float:
+        return self.deadline - time.perf_counter()
+
+
+def convert_format(ctx: "BuildContext", fmt: str, cfg: RecoveryConfig) -> Recovery:
+    """The baseline candidate and, if it fails its gate, the recovery loop. Returns what to publish.
+
+    Raises:
+        ConversionError: the baseline itself cannot be converted.
+    """
+    t0 = time.perf_counter()
+    loop = Loop(ctx, fmt, cfg)
+    recipe = Recipe(calibration=cfg.calib_method, name="baseline")
+    if cfg.float_patterns:  # --float-nodes: patterns over this format's own layer names and op types
+        recipe = user_recipe(cfg, _graph_names(fmt, loop.job()))
+        if not recipe.float_nodes and not recipe.float_ops:
+            ctx.say(f"{fmt}: --float-nodes {', '.join(cfg.float_patterns)} matched no layer or op type of this format")
+    base = loop.make(recipe)
+    assert base is not None  # the first candidate raises instead
+    rec = Recovery(fmt, base, base)
+    budget = cfg.budget_s if cfg.budget_s is not None else max(MIN_BUDGET_S, BUDGET_FACTOR * base.seconds)
+    loop.deadline = time.perf_counter() + budget
+    rec.budget_s = budget
+    if base.passed or cfg.mode == "off" or not ctx.prep.calib.calibrated:
+        rec.steps, rec.seconds = loop.steps, time.perf_counter() - t0
+        return rec
+    ctx.say(f"{fmt}: gate failed; recovering ({cfg.mode}, budget {budget:.0f} s)")
+    best = base
+    for alt in ALTERNATIVES.get(fmt, []):
+        if alt.calibration == base.recipe.method(ctx.profile) and not alt.options:
+            continue
+        if loop.time_left() < 0.5 * base.seconds:
+            rec.stopped = "time budget"
+            break
+        cand = loop.make(Recipe(calibration=alt.calibration, options=alt.options, float_nodes=base.recipe.float_nodes,
+                                float_ops=base.recipe.float_ops, name=alt.name, why=base.recipe.why))
+        if cand is not None and cand.score > best.score:
+            best = cand
+        if cand is not None and cand.passed:
+            break
+    if not best.passed and cfg.mode == "mixed" and not rec.stopped:
+        best = _mixed(ctx, loop, best, rec)
+    rec.chosen = best
+    rec.steps, rec.seconds = loop.steps, time.perf_counter() - t0
+    ctx.say(f"{fmt}: recovery {'found a passing candidate' if best.passed else 'found nothing that passes'} "
+            f"({best.recipe.name}) in {rec.seconds:.0f} s")
+    return rec
+
+
+def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> Candidate:
+    fmt = loop.fmt
+    try:
+        ranking = layer_errors(best, ctx.prep.calib.holdout)
+    except ConversionError as exc:
+        ctx.say(f"{fmt}: no sensitivity ranking ({exc.message})")
+        rec.stopped = "no sensitivity ranking"
+        return best
+    if ctx.profile.operators.compiler == "edgetpu_compiler" and ranking:  # float only in the CPU tail
+        last = max(e.index for e in ranking)
+        ranking = [e for e in ranking if e.index >= EDGETPU_MIN_SHARE * last]
+    ranking = [e for e in ranking if e.name not in best.recipe.float_nodes and e.added > 0]
+    rec.ranking = ranking
+    if not ranking:
+        return best
+    top = ", ".join(f"{e.name} ({e.op}, +{e.added:.3f})" for e in ranking[:3])
+    ctx.say(f"{fmt}: most sensitive layers: {top}")
+
+    def with_float(layers: list[LayerError], label: str) -> Candidate | None:
+        why = dict(best.recipe.why)
+        names: list[str] = []
+        for e in layers:
+            for n in e.float_set or [e.name]:
+                names.append(n)
+                why.setdefault(n, f"sensitivity: {e.name} adds error {e.added:.3f}"
+                               + ("" if n == e.name else f" to the tensor {n} reads"))
+        return loop.make(Recipe(calibration=best.recipe.calibration, options=best.recipe.options,
+                                float_nodes=tuple(dict.fromkeys([*best.recipe.float_nodes, *names])),
+                                float_ops=best.recipe.float_ops, name=label, why=tuple(why.items())))
+
+    winner: Candidate | None = None
+    for layer in ranking[:GAIN_TOP]:
+        if loop.time_left() < 0.5 * best.seconds:
+            rec.stopped = "time budget"
+            return best
+        cand = with_float([layer], f"mixed(1: {layer.name})")
+        if cand is None:
+            continue
+        layer.gain = cand.score - best.score
+        if cand.passed and winner is None:
+            winner = cand
+    if winner is not None:
+        return winner
+    order = sorted(ranking[:GAIN_TOP], key=lambda e: -(e.gain or 0)) + ranking[GAIN_TOP:]
+    for k in MIXED_STEPS:
+        if k > len(order):
+            break
+        if loop.time_left() < 0.5 * best.seconds:
+            rec.stopped = "time budget"
+            break
+        cand = with_float(order[:k], f"mixed({k})")
+        if cand is not None and cand.passed:
+            return cand
+        if cand is not None and cand.score > best.score:
+            best = cand
+    return best
+
+
+__all__ = ["ALTERNATIVES", "Recovery", "RecoveryConfig", "convert_format", "copy_into"]

@@ -1,0 +1,346 @@
+"""Which quantized layer is at fault: the error each layer adds, from float vs int8 intermediates.
+
+For every format the float model and the int8 candidate run side by side on held-back samples
+with every intermediate tensor exposed, tensors are paired by name, and each layer's output
+error (relative L2: ``||int8 - float|| / ||float||``, averaged over samples) is compared with
+the worst error of its inputs: what the layer *adds* ranks it. Names are the format's own, so
+a ranked layer can be kept float as it is:
+
+* ONNX QDQ: the pre-processed float ONNX vs the QDQ model (an activation ``T`` is read after its
+  ``T_DequantizeLinear_Output``); layers are ONNX node names (``nodes_to_exclude``).
+* OpenVINO IR: the float model as OpenVINO read it vs the NNCF IR (an op ``X`` is read after its
+  ``X/fq_output_0`` quantizer); layers are op names (``IgnoredScope(names=...)``).
+* int8 TFLite: the float TFLite form vs the int8 model, tensors dequantized with their scale
+  and zero point; layers are op output tensor names (the MLIR quantizer's denylisted nodes).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from edge_sdk._deps import require
+
+#: Held-back samples the intermediates are compared on (enough to rank, cheap to run).
+SAMPLES = 8
+
+
+@dataclass
+class LayerError:
+    """One quantized layer's contribution.
+
+    Attributes:
+        name: The layer's name in its format (what ``--float-nodes`` takes).
+        op: Op type.
+        error: Relative error of its output in the int8 model.
+        added: What ranks it: the noise of its output tensor's own int8 step (its float values
+            through its own scale and zero point), where the format says that step; else the
+            error its output adds over its inputs' worst error.
+        index: Position in execution order (the Edge TPU maps a prefix; later layers make a CPU tail).
+        gain: Gate score improvement when this layer alone is kept float (measured for the top ones).
+    """
+
+    name: str
+    op: str
+    error: float
+    added: float
+    index: int
+    gain: float | None = None
+    float_set: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {"name": self.name, "op": self.op, "error": round(self.error, 5), "added": round(self.added, 5),
+             "index": self.index, "keep_float": self.float_set or [self.name]}
+        if self.gain is not None:
+            d["gain"] = round(self.gain, 4)
+        return d
+
+
+def _rel(a: np.ndarray, b: np.ndarray, axis: int = 1) -> float:
+    """Relative L2 error, per channel along ``axis`` for rank >= 3 (the worst channel counts).
+
+    Per channel, because a tensor that packs values of different scales (a detector's pixel
+    boxes beside its 0..1 scores) hides the small channels' collapse in its whole-tensor norm.
+    Channels whose float norm is negligible next to the largest are left out (dead ReLUs).
+    """
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if a.shape != b.shape or not a.size:
+        return float("nan")
+    if a.ndim >= 3 and a.size // a.shape[axis] >= 16:  # a channel of one value (a pooled vector) is noise
+        a2 = np.moveaxis(a, axis, 0).reshape(a.shape[axis], -1)
+        b2 = np.moveaxis(b, axis, 0).reshape(a.shape[axis], -1)
+        norms = np.linalg.norm(a2, axis=1)
+        live = norms > 1e-3 * max(float(norms.max()), 1e-30)
+        if live.any():
+            return float(np.max(np.linalg.norm(a2 - b2, axis=1)[live] / norms[live]))
+    n = float(np.linalg.norm(a))
+    return float(np.linalg.norm(a - b) / n) if n > 0 else float(np.linalg.norm(b) > 0)
+
+
+def _fake_quant(v: np.ndarray, scale, zero, qmin: int, qmax: int) -> np.ndarray:
+    return (np.clip(np.round(v / scale) + zero, qmin, qmax) - zero) * scale
+
+
+def _local(fvals: dict[str, list[np.ndarray]], quantizers: dict[str, Callable], axis: int) -> dict[str, float]:
+    """Each quantized tensor's own quantization noise: its float values through its own int8 step."""
+    out = {}
+    for t, fq in quantizers.items():
+        if t in fvals:
+            with np.errstate(all="ignore"):
+                out[t] = float(np.mean([_rel(v, fq(np.asarray(v, np.float64)), axis) for v in fvals[t]]))
+    return out
+
+
+def _rank(nodes: list[tuple[str, str, list[str], str]], errors: dict[str, float],
+          local: dict[str, float] | None = None) -> list[LayerError]:
+    """``nodes``: (name, op, input tensors, output tensor) in order; ``errors``: tensor -> error;
+    ``local``: tensor -> its own quantization noise (what ranks, where known: accumulated error
+    also grows by amplification downstream of the real culprit).
+
+    A layer's error shows on its output tensor, but the int8 step that makes it belongs to that
+    tensor: every format quantizes it for its readers too. So "keep this layer float" means the
+    layer *and* the layers reading its output (``float_set``): then the tensor stays float.
+    """
+    readers: dict[str, list[str]] = {}
+    for name, _, inputs, _ in nodes:
+        for t in inputs:
+            readers.setdefault(t, []).append(name)
+    out = []
+    for i, (name, op, inputs, output) in enumerate(nodes):
+        err = errors.get(output)
+        if err is None or not np.isfinite(err):
+            continue
+        before = [errors[t] for t in inputs if t in errors and np.isfinite(errors[t])]
+        added = max(0.0, err - (max(before) if before else 0.0))
+        if local is not None:
+            added = local.get(output, 0.0)
+        out.append(LayerError(name, op, err, added, i, float_set=[name, *dict.fromkeys(readers.get(output, []))]))
+    return sorted(out, key=lambda e: -e.added)
+
+
+# ----------------------------------------------------------------------------- ONNX QDQ
+def _onnx_outputs(model, names: list[str]):
+    import onnx
+    from onnx import TensorProto, helper
+
+    have = {o.name for o in model.graph.output}
+    for n in names:
+        if n not in have:
+            model.graph.output.append(helper.make_tensor_value_info(n, TensorProto.FLOAT, None))
+    return model
+
+
+def onnx_layers(float_onnx: Path, int8_onnx: Path, feeds: list[dict]) -> list[LayerError]:
+    onnx = require("onnx", "the sensitivity report")
+    ort = require("onnxruntime", "the sensitivity report")
+    fm, qm = onnx.load(str(float_onnx)), onnx.load(str(int8_onnx))
+    consts = {i.name for i in fm.graph.initializer} | {o for n in fm.graph.node if n.op_type == "Constant" for o in n.output}
+    nodes = [(n.name, n.op_type, [t for t in n.input if t and t not in consts], n.output[0]) for n in fm.graph.node
+             if n.op_type != "Constant" and n.output]
+    q_tensors = {o for n in qm.graph.node for o in n.output}
+    pairs = {}
+    for _, _, _, t in nodes:
+        dq = f"{t}_DequantizeLinear_Output"
+        pairs[t] = dq if dq in q_tensors else (t if t in q_tensors else None)
+    pairs = {k: v for k, v in pairs.items() if v}
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # keep every tensor it names
+    fs = ort.InferenceSession(_onnx_outputs(fm, list(pairs)).SerializeToString(), so, providers=["CPUExecutionProvider"])
+    qs = ort.InferenceSession(_onnx_outputs(qm, list(pairs.values())).SerializeToString(), so,
+                              providers=["CPUExecutionProvider"])
+    errors: dict[str, list[float]] = {}
+    fvals: dict[str, list[np.ndarray]] = {}
+    for feed in feeds:
+        fo = dict(zip([o.name for o in fs.get_outputs()], fs.run(None, feed)))
+        qo = dict(zip([o.name for o in qs.get_outputs()], qs.run(None, feed)))
+        for t, qt in pairs.items():
+            if t in fo and qt in qo:
+                errors.setdefault(t, []).append(_rel(fo[t], qo[qt]))
+                fvals.setdefault(t, []).append(fo[t])
+    return _rank(nodes, {t: float(np.mean(v)) for t, v in errors.items()}, _local(fvals, _qdq_quantizers(qm), 1))
+
+
+def _qdq_quantizers(qm) -> dict[str, Callable]:
+    """Float tensor name -> its QuantizeLinear step (per-tensor scale and zero point) in a QDQ model."""
+    from onnx import numpy_helper
+
+    inits = {i.name: numpy_helper.to_array(i) for i in qm.graph.initializer}
+    out = {}
+    for n in qm.graph.node:
+        if n.op_type != "QuantizeLinear" or len(n.input) < 3 or n.input[1] not in inits or n.input[2] not in inits:
+            continue
+        scale, zero = inits[n.input[1]], inits[n.input[2]]
+        if scale.size != 1:
+            continue
+        info = np.iinfo(zero.dtype)
+        name = n.input[0].removesuffix("_QuantizeLinear_Input")
+        out[name] = (lambda v, s=float(scale), z=int(zero), lo=info.min, hi=info.max: _fake_quant(v, s, z, lo, hi))
+    return out
+
+
+# ----------------------------------------------------------------------------- OpenVINO
+def _ov_values(ov, model, feeds: list[dict], skip: set[str]) -> tuple[dict[str, list[np.ndarray]], list]:
+    core = ov.Core()
+    ops = [op for op in model.get_ordered_ops() if op.get_type_name() not in skip and op.get_output_size() > 0
+           and op.get_output_element_type(0).get_type_name() == "f32"]
+    for op in ops:  # a unique tensor name per op output, so the compiled model's outputs can be told apart
+        op.output(0).get_tensor().add_names({f"edge_sdk_probe::{op.get_friendly_name()}"})
+    model.add_outputs([op.output(0) for op in ops])
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    values: dict[str, list[np.ndarray]] = {}
+    request = compiled.create_infer_request()
+    ports = [(p, next((n.split("::", 1)[1] for n in p.get_names() if n.startswith("edge_sdk_probe::")), None))
+             for p in compiled.outputs]
+    for feed in feeds:
+        res = request.infer(feed)
+        for port, name in ports:
+            if name is not None:
+                values.setdefault(name, []).append(np.asarray(res[port]))
+    return values, ops
+
+
+def openvino_layers(float_model, int8_xml: Path, feeds: list[dict]) -> list[LayerError]:
+    ov = require("openvino", "the sensitivity report")
+    skip = {"Parameter", "Constant", "Result", "ShapeOf", "Convert"}
+    fvals, fops = _ov_values(ov, float_model.clone(), feeds, skip)
+    qvals, _ = _ov_values(ov, ov.Core().read_model(str(int8_xml)), feeds, skip)
+    errors = {}
+    for name, vals in fvals.items():
+        q = qvals.get(f"{name}/fq_output_0") or qvals.get(name)
+        if q is not None and len(q) == len(vals):
+            errors[name] = float(np.mean([_rel(a, b) for a, b in zip(vals, q)]))
+    local = _local(fvals, _ov_quantizers(ov.Core().read_model(str(int8_xml))), 1)
+    nodes = [(op.get_friendly_name(), op.get_type_name(),
+              [op.input_value(i).get_node().get_friendly_name() for i in range(op.get_input_size())],
+              op.get_friendly_name()) for op in fops]
+    return _rank(nodes, errors, local)
+
+
+def _ov_quantizers(model) -> dict[str, Callable]:
+    """Op name -> the FakeQuantize NNCF put on its output (``<op>/fq_output_0``)."""
+    out = {}
+    for op in model.get_ops():
+        name = op.get_friendly_name()
+        if op.get_type_name() != "FakeQuantize" or not name.endswith("/fq_output_0"):
+            continue
+        try:
+            consts = [np.asarray(op.input_value(i).get_node().get_data(), np.float64) for i in range(1, 5)]
+        except Exception:  # noqa: BLE001 - a range that is not a plain Constant: no local figure for it
+            continue
+        levels = int(op.get_attributes()["levels"])
+        il, ih, ol, oh = consts
+
+        def fq(v, il=il, ih=ih, ol=ol, oh=oh, levels=levels):
+            x = np.clip(v, il, ih)
+            q = np.round((x - il) / np.maximum(ih - il, 1e-30) * (levels - 1))
+            return q / (levels - 1) * (oh - ol) + ol
+
+        out[name.removesuffix("/fq_output_0")] = fq
+    return out
+
+
+# ----------------------------------------------------------------------------- TFLite
+def _tflite_values(model: bytes, feeds: list) -> dict[str, list[np.ndarray]]:
+    from ai_edge_litert.interpreter import Interpreter
+
+    from ..tflite_native import _is_const, _load, _pack
+
+    schema, m = _load(model)
+    sg = m.subgraphs[0]
+    acts = [i for i in range(len(sg.tensors)) if not _is_const(m, sg, i) and i not in set(int(x) for x in sg.inputs)]
+    m.subgraphs[0].outputs = sorted(set(int(o) for o in sg.outputs) | set(acts))
+    m.signatureDefs = []
+    it = Interpreter(model_content=_pack(m, len(model)))
+    it.allocate_tensors()
+    ins = it.get_input_details()
+    details = {d["index"]: d for d in it.get_tensor_details()}
+    values: dict[str, list[np.ndarray]] = {}
+    for feed in feeds:
+        arrays = list(feed.values()) if isinstance(feed, dict) else feed
+        for d, a in zip(ins, arrays):
+            arr = np.asarray(a)
+            if d["dtype"] != np.float32:  # integer I/O: quantize the float feed as the facade does
+                scale, zero = d["quantization"]
+                info = np.iinfo(d["dtype"])
+                arr = np.clip(np.round(arr / scale) + zero, info.min, info.max)
+            it.set_tensor(d["index"], arr.astype(d["dtype"]))
+        it.invoke()
+        for d in it.get_output_details():
+            a = it.get_tensor(d["index"])
+            scale, zero = details[d["index"]]["quantization"]
+            if a.dtype != np.float32 and scale:
+                a = (a.astype(np.float64) - zero) * scale
+            values.setdefault(d["name"], []).append(np.asarray(a, np.float64))
+    return values
+
+
+def tflite_layers(float_model: bytes, int8_model: bytes, feeds: list) -> list[LayerError]:
+    from ..graph import from_tflite
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fvals, qvals = _tflite_values(float_model, feeds), _tflite_values(int8_model, feeds)
+    errors = {n: float(np.mean([_rel(a, b, axis=-1) for a, b in zip(v, qvals[n])])) for n, v in fvals.items()
+              if n in qvals and len(qvals[n]) == len(v)}
+    g = from_tflite(float_model)
+    nodes = [(n.outputs[0], n.native, [t for t in n.inputs if t and t not in g.constants], n.outputs[0])
+             for n in g.nodes if n.outputs and n.native not in ("QUANTIZE", "DEQUANTIZE")]
+    return _rank(nodes, errors, _local(fvals, _tflite_quantizers(int8_model), -1))
+
+
+def _tflite_quantizers(model: bytes) -> dict[str, Callable]:
+    """Tensor name -> its int8/uint8 step (per-tensor scale and zero point) in an int8 TFLite model."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    out = {}
+    for d in Interpreter(model_content=model).get_tensor_details():
+        qp = d.get("quantization_parameters") or {}
+        scales, zeros = qp.get("scales", []), qp.get("zero_points", [])
+        if d["dtype"] in (np.int8, np.uint8) and len(scales) == 1:
+            info = np.iinfo(d["dtype"])
+            out[d["name"]] = (lambda v, s=float(scales[0]), z=int(zeros[0]), lo=info.min, hi=info.max:
+                              _fake_quant(v, s, z, lo, hi))
+    return out
+
+
+# ----------------------------------------------------------------------------- dispatch
+def layer_errors(candidate, feeds: list[dict]) -> list[LayerError]:
+    """Rank the candidate's layers by the error each adds.
+
+    Raises:
+        ConversionError: the format has no sensitivity analysis, or running it failed.
+    """
+    from edge_sdk.errors import ConversionError
+
+    job = candidate.facts["job"]
+    feeds = feeds[:SAMPLES]
+    try:
+        if candidate.fmt == "onnx-qdq":
+            return onnx_layers(job.cache["qdq_prepped"][0], candidate.folder / candidate.result.model_file, feeds)
+        if candidate.fmt == "openvino-ir":
+            from ..openvino_ir import _read
+
+            model, _ = _read(job)
+            return openvino_layers(model, candidate.folder / candidate.result.model_file, feeds)
+        if candidate.fmt == "tflite-int8":
+            from ..tflite_int8 import float_form
+
+            form = float_form(job)
+            names = [s.name for s in job.source.inputs]
+            perms = form.input_perms
+            rows = [[np.transpose(np.asarray(f[n], np.float32), perms[n]) if n in perms else np.asarray(f[n], np.float32)
+                     for n in names] for f in feeds]
+            return tflite_layers(form.model, (candidate.folder / candidate.result.model_file).read_bytes(), rows)
+    except ConversionError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the runtimes raise many types
+        raise ConversionError(f"Sensitivity analysis of {candidate.fmt} failed: {type(exc).__name__}: {str(exc)[:200]}") from None
+    raise ConversionError(f"No sensitivity analysis for format {candidate.fmt}.")
+
+
+__all__ = ["LayerError", "layer_errors", "onnx_layers", "openvino_layers", "tflite_layers"]
