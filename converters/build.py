@@ -204,7 +204,7 @@ def _record_recovery(ctx: BuildContext, manifest: Manifest, recs: dict[str, Reco
     feed = ctx.prep.calib.holdout[0]
     record = {}
     for fmt, rec in recs.items():
-        ran = len(rec.steps) > 1 or rec.chosen.recipe.float_nodes or rec.chosen.recipe.calibration
+        ran = len(rec.steps) > 1 or rec.chosen.recipe.float_nodes or rec.chosen.recipe.calibration or rec.ranking
         if not ran:
             continue
         record[fmt] = rec.record(feed)

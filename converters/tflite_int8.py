@@ -259,14 +259,16 @@ def _float_ops(model: bytes) -> list[str]:
             if i.op not in ("QUANTIZE", "DEQUANTIZE", "SHAPE") and any("float" in r for r in i.reasons)]
 
 
-def _cpu_tail(model: bytes, float_nodes=()) -> int | None:
+def _cpu_tail(model: bytes, float_nodes=(), float_ops=()) -> int | None:
     """Index of the first op of the CPU tail: the first custom op or layer kept float (by its
-    output tensor name), or the DEQUANTIZE ops feeding it (their float outputs belong to the tail)."""
+    output tensor name or op type), or the DEQUANTIZE ops feeding it (their float outputs belong
+    to the tail)."""
     from .graph import from_tflite
 
     g = from_tflite(model)
-    floats = set(float_nodes)
-    first = next((k for k, n in enumerate(g.nodes) if n.native.startswith("CUSTOM:") or floats & set(n.outputs)), None)
+    floats, ops = set(float_nodes), set(float_ops)
+    first = next((k for k, n in enumerate(g.nodes)
+                  if n.native.startswith("CUSTOM:") or floats & set(n.outputs) or n.native in ops), None)
     if first is None:
         return None
     feeders = [g.producer(t) for t in g.nodes[first].inputs if t]
@@ -293,7 +295,7 @@ def _edgetpu_step(job: ConvertJob, model: bytes, model_path: Path, result: Forma
     result.backend_options["edgetpu_precheck"] = report.to_dict()
     # A custom op (which nothing quantizes) ends what the compiler maps: it and everything after it
     # run on the CPU, float included. Only what comes before it must be Edge TPU-clean.
-    tail = _cpu_tail(model, job.recipe.float_nodes)
+    tail = _cpu_tail(model, job.recipe.float_nodes, job.recipe.float_ops)
     blocking = [b for b in report.blocking if tail is None or not _issue_at_or_after(b, tail)]
     if blocking:
         raise ConversionError(
@@ -338,7 +340,7 @@ def convert(job: ConvertJob) -> FormatResult:
     model, converted = _int8(job)
     strict_int = integer_only(job)
     float_ops = _float_ops(model)
-    tail = _cpu_tail(model, job.recipe.float_nodes)
+    tail = _cpu_tail(model, job.recipe.float_nodes, job.recipe.float_ops)
     # Custom ops (nothing quantizes them) and layers the recipe keeps float make a CPU tail; any
     # other float op in the part before it is what an integer-only target cannot take.
     blocking = [f for f in float_ops if not f.split(" ", 1)[-1].startswith("CUSTOM:")

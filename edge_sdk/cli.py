@@ -261,3 +261,4 @@ def run() -> None:  # pragma: no cover - thin wrapper
 from . import cli_bench  # noqa: E402,F401
 from . import cli_run  # noqa: E402,F401
 from . import cli_convert  # noqa: E402,F401
+from . import cli_explain  # noqa: E402,F401

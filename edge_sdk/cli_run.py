@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from .cli import cli, emit_json
+from .cli import cli, emit_json, trust_options
 from .errors import InputValidationError
 
 
@@ -55,9 +55,12 @@ def read_input(path: Path, input_names: list[str]):
 @click.option("--raw", is_flag=True, help="Pass int8/uint8 tensors through without (de)quantizing.")
 @click.option("--accept-failed-gate", is_flag=True,
               help="With --strict, still run an artifact whose accuracy gate failed (kept with --allow-accuracy-drop).")
+@click.option("--no-crash-guard", is_flag=True, help="Skip the first-load trial in a child process (development only).")
+@trust_options()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def run(artifact: str, input_path: str, profile: str | None, backend: str | None, device: str | None,
-        strict: bool, threads: int | None, top_k: int, raw: bool, accept_failed_gate: bool, as_json: bool) -> None:
+        strict: bool, threads: int | None, top_k: int, raw: bool, accept_failed_gate: bool, no_crash_guard: bool,
+        keys, allow_delegates, as_json: bool) -> None:
     """Run ARTIFACT once on --input and show outputs, timings, backend and delegate."""
     from .outputs import describe_lines, summarize
     from .runtimes.facade import load
@@ -68,7 +71,8 @@ def run(artifact: str, input_path: str, profile: str | None, backend: str | None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model = load(artifact, profile=profile, backend=backend, device=device, strict=strict, num_threads=threads,
-                     accept_failed_gate=accept_failed_gate)
+                     accept_failed_gate=accept_failed_gate, crash_guard=False if no_crash_guard else None,
+                     trusted_keys=list(keys) if keys else None, allow_external_delegates=list(allow_delegates))
     with model:
         feed = read_input(path, [t.name for t in model.inputs])
         result = model.infer_image(path) if feed is None else model.infer(feed, raw=raw)

@@ -181,7 +181,7 @@ class _Client:
             self._proc, self._pid = None, os.getpid()  # the parent's): start this process's own
         if self._proc is None or self._proc.poll() is not None:
             env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-            self._proc = subprocess.Popen([sys.executable, "-m", "edge_sdk.runtimes.trial_server"],
+            self._proc = subprocess.Popen([*_CHILD, "edge_sdk.runtimes.trial_server"],
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                           env=env, close_fds=True)
             self._buf = b""
@@ -240,11 +240,19 @@ if hasattr(os, "register_at_fork"):  # an app that forks after loading gets its 
     os.register_at_fork(after_in_child=lambda: _CLIENT.__init__())
 
 
+#: ``python -m MODULE`` without the current folder on the import path: run from a folder holding
+#: an ``edge_sdk/`` directory (an edge-sdk checkout), ``-m`` would import that instead of the
+#: installed package and every trial would "crash".
+_CHILD = [sys.executable, "-c",
+          "import runpy, sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
+          "sys.argv[:] = sys.argv[1:]; runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)"]
+
+
 def _once(req: dict[str, Any], timeout: float) -> dict[str, Any]:
     """One child process per trial (platforms without ``fork``)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     try:
-        proc = subprocess.run([sys.executable, "-m", "edge_sdk.runtimes.trial_server", "--once"],
+        proc = subprocess.run([*_CHILD, "edge_sdk.runtimes.trial_server", "--once"],
                               input=json.dumps(req) + "\n", capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return {"status": "hang", "seconds": timeout}

@@ -1,6 +1,9 @@
 """The accuracy gate end to end on models built by code: kinds, per-format publication, rejected
 candidates, declarations, task metrics and the verdict travelling to load / run / verify.
 
+Recovery is off here (``recover="off"``): these tests are about the verdict itself; what recovery
+does with a failing format is in test_recovery.py.
+
 One conversion matrix per module (the slow part), shared by the tests below.
 """
 
@@ -62,7 +65,8 @@ def yolo(tmp_path_factory):
     out = root / "out"
     with pytest.raises(AccuracyGateError) as err:
         edge_sdk.convert(model, [str(root / "x86-both.toml"), "jetson-orin"], out, calib=root / "calib.npz",
-                         validation=root / "val.npz", metric=f"{root / 'metric.py'}:detections", progress=None)
+                         validation=root / "val.npz", metric=f"{root / 'metric.py'}:detections", recover="off",
+                         progress=None)
     return {"root": root, "model": model, "out": out, "error": err.value, "summary": err.value.summary}
 
 
@@ -121,7 +125,8 @@ def test_task_metric_figures_are_recorded_per_format(yolo):
 def test_cli_exit_code_table_and_json_report(yolo, tmp_path):
     out = tmp_path / "out"
     proc = run_cli("convert", str(yolo["model"]), "--profile", str(yolo["root"] / "x86-both.toml"), "--out", str(out),
-                   "--calib", str(yolo["root"] / "calib.npz"), "--val", str(yolo["root"] / "val.npz"), "--json")
+                   "--calib", str(yolo["root"] / "calib.npz"), "--val", str(yolo["root"] / "val.npz"), "--json",
+                   "--recover", "off")
     assert proc.returncode == 7, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     table = proc.stderr[proc.stderr.index("profile "):]
@@ -143,7 +148,7 @@ def test_declared_kind_is_used_and_recorded(yolo, tmp_path):
 def test_allow_accuracy_drop_verdict_travels_to_load_run_and_verify(yolo, tmp_path):
     out = tmp_path / "out"
     s = edge_sdk.convert(yolo["model"], "jetson-orin", out, calib=yolo["root"] / "calib.npz",
-                         validation=yolo["root"] / "val.npz", allow_accuracy_drop=True, progress=None)
+                         validation=yolo["root"] / "val.npz", allow_accuracy_drop=True, recover="off", progress=None)
     assert s.profiles[0].published and s.profiles[0].gate == "failed"
     assert s.profiles[0].outcomes[0].status == "kept"
     folder = out / "jetson-orin"

@@ -35,7 +35,7 @@ from .sensitivity import LayerError, layer_errors
 if TYPE_CHECKING:
     from ..build import BuildContext
 
-RecoverMode = Literal["off", "calibration", "mixed"]
+RecoverMode = Literal["off", "calibration", "mixed", "explain"]
 #: Budget when the user sets none: this many times the baseline candidate's own time...
 BUDGET_FACTOR = 2.0
 #: ...but never less than this (small models are fast; a few candidates still fit).
@@ -58,7 +58,7 @@ class RecoveryConfig:
     calib_method: str | None = None
 
     def __post_init__(self) -> None:
-        if self.mode not in ("off", "calibration", "mixed"):
+        if self.mode not in ("off", "calibration", "mixed", "explain"):
             raise InputValidationError(f"--recover must be off, calibration or mixed, got '{self.mode}'.")
         if self.budget_s is not None and not (self.budget_s >= 0):
             raise InputValidationError(f"--recover-budget must be a number of seconds >= 0, got {self.budget_s}.")
@@ -209,6 +209,10 @@ def convert_format(ctx: "BuildContext", fmt: str, cfg: RecoveryConfig) -> Recove
     budget = cfg.budget_s if cfg.budget_s is not None else max(MIN_BUDGET_S, BUDGET_FACTOR * base.seconds)
     loop.deadline = time.perf_counter() + budget
     rec.budget_s = budget
+    if cfg.mode == "explain":  # rank the layers and measure the top ones' gain; publish nothing different
+        _explain(ctx, loop, base, rec)
+        rec.steps, rec.seconds = loop.steps, time.perf_counter() - t0
+        return rec
     if base.passed or cfg.mode == "off" or not ctx.prep.calib.calibrated:
         rec.steps, rec.seconds = loop.steps, time.perf_counter() - t0
         return rec
@@ -233,6 +237,22 @@ def convert_format(ctx: "BuildContext", fmt: str, cfg: RecoveryConfig) -> Recove
     ctx.say(f"{fmt}: recovery {'found a passing candidate' if best.passed else 'found nothing that passes'} "
             f"({best.recipe.name}) in {rec.seconds:.0f} s")
     return rec
+
+
+def _explain(ctx: "BuildContext", loop: Loop, base: Candidate, rec: Recovery) -> None:
+    try:
+        rec.ranking = [e for e in layer_errors(base, ctx.prep.calib.holdout) if e.added > 0]
+    except ConversionError as exc:
+        rec.stopped = f"no sensitivity ranking: {exc.message}"
+        return
+    for layer in rec.ranking[:GAIN_TOP]:
+        if loop.time_left() < 0.5 * base.seconds:
+            rec.stopped = "time budget"
+            break
+        cand = loop.make(Recipe(calibration=base.recipe.calibration, float_nodes=tuple(layer.float_set or [layer.name]),
+                                name=f"alone float: {layer.name}"))
+        if cand is not None:
+            layer.gain = cand.score - base.score
 
 
 def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> Candidate:

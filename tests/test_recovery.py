@@ -1,0 +1,136 @@
+"""Accuracy recovery on models built by code: calibration alternatives, mixed precision from the
+sensitivity report, escape hatches, budget, the record in the manifest, and `edge-sdk explain`."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import edge_sdk
+from edge_sdk.errors import AccuracyGateError
+from edge_sdk.manifest import read_manifest
+
+from conftest import run_cli
+from heads import outlier_feeds, outlier_onnx, yolo_feeds, yolo_like_onnx
+
+pytestmark = pytest.mark.slow
+
+PROFILES = ["jetson-orin", "intel-cpu", "arm-cpu"]
+
+
+@pytest.fixture(scope="module")
+def outlier(tmp_path_factory):
+    root = tmp_path_factory.mktemp("recovery")
+    model = outlier_onnx(root / "outlier.onnx")
+    np.savez(root / "calib.npz", x=outlier_feeds(100, seed=2))
+    np.savez(root / "val.npz", x=outlier_feeds(60, seed=1))
+    kw = dict(calib=root / "calib.npz", validation=root / "val.npz", progress=None)
+    summary = edge_sdk.convert(model, PROFILES, root / "out", **kw)
+    return {"root": root, "model": model, "kw": kw, "summary": summary, "out": root / "out"}
+
+
+def test_plain_minmax_fails_on_the_outlier_layer(outlier, tmp_path):
+    with pytest.raises(AccuracyGateError) as err:
+        edge_sdk.convert(outlier["model"], PROFILES, tmp_path / "out", recover="off", **outlier["kw"])
+    assert all(o.status == "gate_failed" for p in err.value.summary.profiles for o in p.outcomes)
+
+
+def test_recovery_passes_keeping_at_most_two_layers_float(outlier):
+    s = outlier["summary"]
+    assert s.ok, [(p.profile, [(o.format, o.reason) for o in p.outcomes]) for p in s.profiles]
+    for p in s.profiles:
+        m = read_manifest(p.folder)
+        for fmt in m.formats:
+            rec = m.backend_options["recovery"][fmt]
+            assert rec["passed"] and 1 <= len(rec["recipe"]["float_nodes"]) <= 2, (p.profile, fmt, rec["recipe"])
+            assert rec["steps"][0]["recipe"] == "baseline" and not rec["steps"][0]["passed"]
+            assert rec["steps"][-1]["passed"] or any(st["passed"] for st in rec["steps"])
+            assert all(why.startswith("sensitivity") for why in rec["recipe"]["why"].values())
+            assert rec["size_after"] > 0 and rec["p50_ms_after"] and rec["p50_ms_before"]
+            assert rec["before"] != rec["after"]
+            assert m.accuracy["formats"][fmt]["passed"]
+
+
+@pytest.mark.parametrize("profile, fmt", [("jetson-orin", "onnx-qdq"), ("intel-cpu", "openvino-ir"),
+                                          ("arm-cpu", "onnx-qdq"), ("arm-cpu", "tflite-int8")])
+def test_report_ranks_the_outlier_layer_first(outlier, profile, fmt):
+    folder = outlier["out"] / profile
+    report = json.loads((folder / f"sensitivity.{fmt}.json").read_text())
+    assert (folder / f"sensitivity.{fmt}.md").read_text().startswith(f"# Sensitivity of {fmt} for {profile}")
+    first = report["layers"][0]
+    if fmt == "tflite-int8":  # TensorFlow's names: the second CONV_2D of the graph is the outlier conv
+        convs = [e for e in report["layers"] if e["op"] == "CONV_2D"]
+        assert first["op"] == "CONV_2D" and first["index"] == sorted(e["index"] for e in convs)[1]
+    else:
+        assert first["name"] == "conv_outlier"
+    assert first["added"] > 5 * report["layers"][1]["added"]  # clearly first, not by a hair
+    assert first["gain"] > 0
+    m = read_manifest(folder)
+    assert {a.path for a in m.artifacts} >= {f"sensitivity.{fmt}.json", f"sensitivity.{fmt}.md"}  # hashed, verified
+
+
+def test_calibration_mode_never_keeps_layers_float(outlier, tmp_path):
+    with pytest.raises(AccuracyGateError) as err:
+        edge_sdk.convert(outlier["model"], "jetson-orin", tmp_path / "out", recover="calibration", **outlier["kw"])
+    rejected = read_manifest(tmp_path / "out" / ".rejected" / "jetson-orin", allow_unpublished=True)
+    steps = rejected.backend_options["recovery"]["onnx-qdq"]["steps"]
+    assert [s["recipe"] for s in steps] == ["baseline", "percentile", "entropy"]
+    assert all(not s["float_nodes"] for s in steps) and "Accuracy gate failed" in err.value.message
+
+
+def test_float_nodes_and_calib_method_escape_hatches_are_recorded(outlier, tmp_path):
+    s = edge_sdk.convert(outlier["model"], "jetson-orin", tmp_path / "out", recover="off", calib_method="percentile",
+                         float_nodes=["conv_outlier", "conv_m*"], **outlier["kw"])
+    rec = read_manifest(s.profiles[0].folder).backend_options["recovery"]["onnx-qdq"]
+    assert rec["recipe"]["float_nodes"] == ["conv_outlier", "conv_mix"] and rec["recipe"]["calibration"] == "percentile"
+    assert rec["recipe"]["why"] == {"conv_outlier": "--float-nodes", "conv_mix": "--float-nodes"}
+    assert read_manifest(s.profiles[0].folder).backend_options["tensorrt"]["float_layers"] == ["conv_outlier", "conv_mix"]
+
+
+def test_zero_budget_stops_after_the_baseline(outlier, tmp_path):
+    with pytest.raises(AccuracyGateError):
+        edge_sdk.convert(outlier["model"], "jetson-orin", tmp_path / "out", recover_budget=0, **outlier["kw"])
+    # nothing beyond the baseline was tried, so nothing was recorded beside the rejected candidate
+    rejected = read_manifest(tmp_path / "out" / ".rejected" / "jetson-orin", allow_unpublished=True)
+    assert "recovery" not in rejected.backend_options
+
+
+def test_collapsed_packed_head_recovered_by_keeping_its_concat_float(tmp_path):
+    model = yolo_like_onnx(tmp_path / "yolo.onnx")
+    np.savez(tmp_path / "calib.npz", images=yolo_feeds(60, seed=5))
+    np.savez(tmp_path / "val.npz", images=yolo_feeds(30, seed=3))
+    s = edge_sdk.convert(model, "jetson-orin", tmp_path / "out", calib=tmp_path / "calib.npz",
+                         validation=tmp_path / "val.npz", progress=None)
+    m = read_manifest(s.profiles[0].folder)
+    assert "concat" in m.backend_options["recovery"]["onnx-qdq"]["recipe"]["float_nodes"]
+    scores = m.accuracy["formats"]["onnx-qdq"]["outputs"]["output0"]["groups"]["scores"]
+    assert scores["positive_f1"] >= 0.9 and "collapsed" not in scores
+
+
+def test_edge_tpu_float_layers_only_as_a_cpu_tail(outlier, tmp_path):
+    s = edge_sdk.convert(outlier["model"], "coral-edgetpu", tmp_path / "out", recover="off", float_nodes=["SOFTMAX"],
+                         **outlier["kw"])
+    m = read_manifest(s.profiles[0].folder)
+    pre = m.backend_options["edgetpu_precheck"]
+    # the tail starts at the float SOFTMAX (or the DEQUANTIZE feeding it), a few ops from the end
+    assert pre["total_ops"] - 4 <= pre["cpu_tail_from"] < pre["total_ops"]
+    assert pre["tpu_fraction"] == round(pre["cpu_tail_from"] / pre["total_ops"], 4) and 0.5 < pre["tpu_fraction"] < 1.0
+    assert any("ends the mapped part" in w for w in m.warnings)
+
+
+def test_explain_cli_for_a_model_and_for_an_artifact(outlier, tmp_path):
+    proc = run_cli("explain", str(outlier["model"]), "--profile", "jetson-orin", "--calib", str(outlier["root"] / "calib.npz"),
+                   "--val", str(outlier["root"] / "val.npz"), "--out", str(tmp_path / "x"), "--top", "3")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("jetson-orin / onnx-qdq: FAILS") and "conv_outlier" in lines[1] and "gain alone float +" in lines[1]
+    shown = run_cli("explain", str(outlier["out"]), "--json")
+    assert shown.returncode == 0 and len(json.loads(shown.stdout)) == 4
+    missing = run_cli("explain", str(tmp_path / "x" / "jetson-orin"), "--json")
+    assert missing.returncode == 0  # the explained artifact carries its report
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    none = run_cli("explain", str(empty))
+    assert none.returncode == 3 and "No sensitivity report" in none.stderr and "Traceback" not in none.stderr
