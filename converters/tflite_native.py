@@ -191,8 +191,10 @@ def calibrate(model: bytes, feeds: Iterable) -> dict[int, tuple[float, float, fl
 
     schema, m = _load(model)
     sg = m.subgraphs[0]
-    floats = [i for i, t in enumerate(sg.tensors) if t.type == schema.TensorType.FLOAT32 and not _is_const(m, sg, i)]
     model_inputs = {int(i) for i in sg.inputs}
+    produced = {int(o) for op in sg.operators for o in op.outputs} | model_inputs  # orphans have no values
+    floats = [i for i, t in enumerate(sg.tensors)
+              if t.type == schema.TensorType.FLOAT32 and i in produced and not _is_const(m, sg, i)]
     # Every float activation becomes a model output: a delegate must then write each one out
     # instead of keeping it inside its partition, where ``preserve_all_tensors`` would read stale memory.
     _, probe = _load(model)

@@ -134,7 +134,7 @@ def test_gate_fails_on_constant_calibration_and_writes_nothing(data, tmp_path):
 
     out = tmp_path / "out"
     proc = run_cli("convert", str(data["cnn"]), "--profile", "jetson-orin", "--profile", "intel-cpu", "--out", str(out),
-                   "--calib", str(data["const"]), "--val", str(data["val"]), "--json")
+                   "--calib", str(data["const"]), "--val", str(data["val"]), "--json", "--recover", "off")
     assert proc.returncode == 7, proc.stderr[-2000:]
     assert "Accuracy gate failed" in proc.stderr and "top-1 agreement" in proc.stderr and "Traceback" not in proc.stderr
     report = json.loads(proc.stdout)
@@ -158,7 +158,7 @@ def test_gate_passes_on_good_calibration_with_the_same_validation(data, tmp_path
 
 def test_allow_accuracy_drop_publishes_and_records_the_failure(data, tmp_path):
     s = edge_sdk.convert(data["cnn"], "jetson-orin", tmp_path / "out", calib=data["const"], validation=data["val"],
-                         allow_accuracy_drop=True, progress=None)
+                         allow_accuracy_drop=True, recover="off", progress=None)
     m = read_manifest(tmp_path / "out" / "jetson-orin")
     assert s.profiles[0].gate == "failed" and s.profiles[0].published
     assert m.accuracy["gate"] == "failed" and m.accuracy["formats"]["onnx-qdq"]["failures"]
