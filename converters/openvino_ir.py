@@ -140,8 +140,10 @@ def convert(job: ConvertJob) -> FormatResult:
                     preset=preset, target_device=target, subset_size=n, advanced_quantization_parameters=advanced)
                 mode = "accuracy-control"
             else:
+                model_type = nncf.ModelType.TRANSFORMER if recipe.option("model_type") == "transformer" else None
                 qmodel = nncf.quantize(model, calib, preset=preset, target_device=target, subset_size=n,
-                                       fast_bias_correction=fast_bc, ignored_scope=ignored, advanced_parameters=advanced)
+                                       fast_bias_correction=fast_bc, ignored_scope=ignored, model_type=model_type,
+                                       advanced_parameters=advanced)
                 mode = "post-training"
     except Exception as exc:  # noqa: BLE001 - NNCF raises many types
         raise ConversionError(f"NNCF quantization failed: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__}",
@@ -162,6 +164,9 @@ def convert(job: ConvertJob) -> FormatResult:
         backend_options={"openvino": {"nncf_mode": mode, "nncf_subset_size": n, "nncf_preset": preset.value,
                                       "nncf_target_device": target.value,
                                       "nncf_activation_range": method, "nncf_bias_correction": "fast" if fast_bc else "full",
+                                      "nncf_model_type": recipe.option("model_type") or "default",
+                                      **({"inference_precision": "f32"} if recipe.option("inference_precision") == "f32"
+                                         or recipe.float_nodes or recipe.float_ops else {}),
                                       "float_nodes": list(recipe.float_nodes), "int8_evidence": evidence_saved,
                                       "weights_compressed_to_fp16": False}},
     )

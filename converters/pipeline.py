@@ -151,7 +151,7 @@ def convert(model, profiles, out, *, calib=None, calib_count: int | None = None,
         recover: When a format fails its gate: ``off``, ``calibration`` (try the toolchain's
             calibration alternatives) or ``mixed`` (then keep the most sensitive layers float).
         recover_budget: Seconds the recovery of one format may take (default: twice the time of
-            its first candidate, at least 15 s).
+            its first candidate, at least 20 s).
         float_nodes: Layers to keep float from the start: node names or op types, shell patterns
             (``"*/head/*"``, ``"Softmax"``), matched against each format's own names.
         calib_method: ``minmax``, ``percentile`` or ``entropy`` instead of the profile's.

@@ -71,6 +71,11 @@ class OpenVINORunner(Runner):
         config = {}
         if cfg.num_threads and cfg.accelerator == "CPU":
             config["INFERENCE_NUM_THREADS"] = int(cfg.num_threads)
+        # The converter pins f32 where it kept layers float on purpose: the CPU plugin would
+        # otherwise run them in bf16 on CPUs that have it, undoing what recovery measured.
+        precision = (cfg.backend_options.get("openvino") or {}).get("inference_precision")
+        if precision in ("f32", "bf16", "f16") and cfg.accelerator == "CPU":
+            config["INFERENCE_PRECISION_HINT"] = precision
         try:
             args = [str(cfg.model_path)]
             if cfg.model_path.suffix.lower() == ".xml":

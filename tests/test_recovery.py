@@ -92,9 +92,10 @@ def test_float_nodes_and_calib_method_escape_hatches_are_recorded(outlier, tmp_p
 def test_zero_budget_stops_after_the_baseline(outlier, tmp_path):
     with pytest.raises(AccuracyGateError):
         edge_sdk.convert(outlier["model"], "jetson-orin", tmp_path / "out", recover_budget=0, **outlier["kw"])
-    # nothing beyond the baseline was tried, so nothing was recorded beside the rejected candidate
+    # nothing beyond the baseline ran: the alternative is recorded as skipped, with why
     rejected = read_manifest(tmp_path / "out" / ".rejected" / "jetson-orin", allow_unpublished=True)
-    assert "recovery" not in rejected.backend_options
+    steps = rejected.backend_options["recovery"]["onnx-qdq"]["steps"]
+    assert steps[0]["recipe"] == "baseline" and all("skipped" in st for st in steps[1:]) and len(steps) == 2
 
 
 def test_collapsed_packed_head_recovered_by_keeping_its_concat_float(tmp_path):

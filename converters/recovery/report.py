@@ -34,7 +34,8 @@ def markdown(data: dict[str, Any], top: int = 30) -> str:
              + (f" (stopped: {data['stopped']})" if data["stopped"] else "") + ".", "",
              "## Steps", "", "| recipe | seconds | verdict | score | figures |", "|---|---|---|---|---|"]
     for s in data["steps"]:
-        verdict = "pass" if s.get("passed") else ("error: " + s["error"] if "error" in s else "fail")
+        verdict = ("pass" if s.get("passed") else "error: " + s["error"] if "error" in s else
+                   "skipped: " + s["skipped"] if "skipped" in s else "fail")
         lines.append(f"| {s['recipe']} | {s['seconds']} | {verdict} | {s.get('score', '')} | {s.get('figures', '')[:200]} |")
     lines += ["", "## Layers, most sensitive first", "",
               "*own int8 noise*: the layer's output through its own int8 step (relative L2, worst channel) - what ranks "

