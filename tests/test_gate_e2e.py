@@ -168,6 +168,8 @@ def test_allow_accuracy_drop_verdict_travels_to_load_run_and_verify(yolo, tmp_pa
     assert "output0: packed" in run.stdout and "scores" in run.stdout
     ver = run_cli("verify", str(folder))
     assert ver.returncode == 0 and "accuracy gate failed" in ver.stdout and "FAILED" in ver.stderr
+    bench = run_cli("bench", str(folder), "--runs", "5", "--warmup", "1")
+    assert bench.returncode == 0 and "FAILED its accuracy gate" in bench.stderr, bench.stderr[-1500:]
 
 
 def test_one_profiles_conversion_failure_never_stops_the_others(tmp_path):

@@ -176,7 +176,11 @@ def markdown(results: list[dict[str, Any]]) -> str:
              "(`tests/realmodels/tasks.py`) and compares float with int8; the *gate* column is what `edge-sdk convert` "
              "decided from the output kinds. They must agree.", ""]
     for res in results:
-        lines += [f"## {res['case']}", "", f"{res['what']}. Conversion of all profiles: {res['seconds']} s.", "",
+        timing = f"Conversion of all profiles: {res['seconds']} s"
+        if res.get("plain_seconds"):
+            timing += (f" with recovery, {res['plain_seconds']} s without "
+                       f"({res['seconds'] / max(res['plain_seconds'], 1e-9):.1f}x)")
+        lines += [f"## {res['case']}", "", f"{res['what']}. {timing}.", "",
                   "Output kinds: " + "; ".join(f"`{k['output']}` {k['kind']} ({k['source']})" for k in res["kinds"]), "",
                   "| profile | format | gate | task | agree | recipe | size | task figures | gate figures / reason |",
                   "|---|---|---|---|---|---|---|---|---|"]
@@ -211,12 +215,16 @@ def main() -> None:
     ap.add_argument("--profile", action="append")
     ap.add_argument("--write-docs", action="store_true")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--compare-plain", action="store_true", help="also time each case with recovery off")
     args = ap.parse_args()
     results = []
     for case in CASES:
         if args.case and case.name not in args.case:
             continue
         res = run_case(case, Path(args.root), args.profile)
+        if args.compare_plain:  # the same conversion without recovery, for the time ratio in the docs
+            plain = run_case(case, Path(args.root) / "plain", args.profile, recover="off")
+            res["plain_seconds"] = plain["seconds"]
         results.append(res)
         for r in res["rows"]:
             print(json.dumps({k: r.get(k) for k in ("model", "profile", "format", "status", "gate_passed", "task_passed", "task")}))
