@@ -1,0 +1,76 @@
+"""Recovery's small parts, without converting anything: the ranking metric and its inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edge_sdk.converters.base import Recipe
+from edge_sdk.converters.recovery import RecoveryConfig, user_recipe
+from edge_sdk.converters.recovery.sensitivity import _fake_quant, _rank, _rel
+from edge_sdk.errors import InputValidationError
+from edge_sdk.profiles import builtin_profiles
+
+RNG = np.random.default_rng(0)
+
+
+def test_relative_error_is_per_channel_so_a_small_collapsed_group_shows():
+    boxes = RNG.uniform(0, 320, (1, 4, 256))
+    scores = RNG.uniform(0, 1, (1, 6, 256))
+    f = np.concatenate([boxes, scores], axis=1)
+    q = f.copy()
+    q[:, 4:] = 0.0  # the scores collapsed
+    whole = float(np.linalg.norm(f - q) / np.linalg.norm(f))
+    assert whole < 0.01 and _rel(f, q, axis=1) == pytest.approx(1.0)
+
+
+def test_near_dead_and_zero_padded_channels_do_not_rank():
+    f = RNG.normal(0, 1, (1, 8, 16, 16))
+    f[:, 0] *= 1e-4  # near dead
+    f[:, 1] = 0.0  # zero padding
+    q = f.copy()
+    q[:, 0] = 0.0  # int8 erased the near-dead channel: no loss worth a float layer
+    assert _rel(f, q, axis=1) == 0.0
+    q[:, 3] += 0.5  # a real channel damaged
+    assert _rel(f, q, axis=1) > 0.4
+
+
+def test_pooled_vectors_are_judged_whole():
+    f = np.array([[[[1e-3]], [[2.0]], [[3.0]]]])  # [1, 3, 1, 1]: one value per channel
+    q = f + 0.01
+    assert _rel(f, q, axis=1) < 0.01
+
+
+def test_ranking_uses_each_tensors_own_int8_noise_and_keeps_readers_float():
+    nodes = [("a", "Conv", ["x"], "ta"), ("b", "Conv", ["ta"], "tb"), ("c", "Conv", ["tb"], "tc")]
+    accumulated = {"ta": 0.01, "tb": 0.2, "tc": 0.9}  # c looks worst only because b fed it noise
+    local = {"ta": 0.01, "tb": 0.3, "tc": 0.02}
+    ranked = _rank(nodes, accumulated, local)
+    assert ranked[0].name == "b" and ranked[0].float_set == ["b", "c"]
+    assert _rank(nodes, accumulated)[0].name == "c"  # what the accumulated error alone would say
+
+
+def test_fake_quant_is_the_int8_step():
+    v = np.array([-1.0, 0.0, 0.26, 10.0])
+    assert np.allclose(_fake_quant(v, 0.25, 0, -128, 127), [-1.0, 0.0, 0.25, 10.0])
+    assert np.allclose(_fake_quant(v, 0.05, -128, -128, 127), [0.0, 0.0, 0.25, 10.0])
+    assert _fake_quant(np.array([20.0]), 0.05, -128, -128, 127)[0] == pytest.approx(12.75)  # clipped at the top
+
+
+def test_user_recipe_matches_names_and_op_types():
+    names = [("conv1", "Conv"), ("head/conv", "Conv"), ("head/sig", "Sigmoid")]
+    r = user_recipe(RecoveryConfig(float_patterns=("head/*", "Sigmoid"), calib_method="percentile"), names)
+    assert r.float_nodes == ("head/conv", "head/sig") and r.float_ops == ("Sigmoid",) and r.calibration == "percentile"
+    assert dict(r.why) == {"head/conv": "--float-nodes", "head/sig": "--float-nodes"}
+    assert user_recipe(RecoveryConfig(), names) == Recipe()
+
+
+@pytest.mark.parametrize("bad", [dict(mode="sometimes"), dict(budget_s=-1.0), dict(calib_method="magic")])
+def test_bad_recovery_options_are_clear_errors(bad):
+    with pytest.raises(InputValidationError):
+        RecoveryConfig(**bad)
+
+
+def test_recipe_records_the_method_it_really_used():
+    prof = builtin_profiles()["jetson-orin"]
+    assert Recipe().method(prof) == "minmax" and Recipe(calibration="percentile").to_dict(prof)["calibration"] == "percentile"
