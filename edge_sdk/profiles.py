@@ -117,12 +117,15 @@ class ScoresGate:
 
     ``confidence``: positions whose float top score reaches it are the ones top-1 and the score
     error are measured on (a detector's thousands of background anchors are not). Positives
-    (score >= ``positive_threshold``) of float and int8 are compared by F1 on dense outputs.
+    (score >= ``positive_threshold``) of float and int8 are compared by F1 on dense outputs; a
+    positive counts as matched when the other side scores it at least ``positive_threshold -
+    positive_margin``.
     """
 
     max_score_error: float = 0.1
     min_positive_f1: float = 0.9
     positive_threshold: float = 0.5
+    positive_margin: float = 0.15
     confidence: float = 0.25
 
 

@@ -124,7 +124,10 @@ def run_case(case: Case, root: Path, profiles: list[str] | None = None, **extra)
         if summary is None:
             raise
     seconds = time.perf_counter() - t0
-    feeds = [{case.input: val[i:i + 1]} for i in range(len(val))]
+    from edge_sdk.converters.sources import read_source
+
+    real_name = read_source(model).inputs[0].name  # the tensor's own name (serving_default_x:0 for TF exports)
+    feeds = [{real_name: val[i:i + 1]} for i in range(len(val))]
     run = _float_runner(model)
     ref = [run(f) for f in feeds]
     task = case.task()
@@ -141,7 +144,7 @@ def run_case(case: Case, root: Path, profiles: list[str] | None = None, **extra)
                 names = list(ref[0])
                 outs = [dict(zip(names, x.values())) if set(x) != set(names) else x for x in outs]
                 verdict = task(ref, outs)
-                row.update(gate_passed=o.status == "published",
+                row.update(gate_passed=o.status == "published", borderline=verdict.borderline,
                            task_passed=verdict.passed, task=verdict.summary, task_figures=verdict.figures,
                            **_costs(folder, o.format))
             rows.append(row)
@@ -174,7 +177,8 @@ def markdown(results: list[dict[str, Any]]) -> str:
              "run). Models come from registry wheels (`tests/realmodels/practice.py`, sha256-pinned); data is made by "
              "code (`tests/realmodels/data.py`). The *task* column decodes the outputs the model's own way "
              "(`tests/realmodels/tasks.py`) and compares float with int8; the *gate* column is what `edge-sdk convert` "
-             "decided from the output kinds. They must agree.", ""]
+             "decided from the output kinds. They must agree; *borderline* marks a task figure within 3% of its own "
+             "threshold, where the task check cannot tell pass from fail (one detection of 40 moves F1 by 2.5%).", ""]
     for res in results:
         timing = f"Conversion of all profiles: {res['seconds']} s"
         if res.get("plain_seconds"):
@@ -188,7 +192,7 @@ def markdown(results: list[dict[str, Any]]) -> str:
             if r["status"] == "conversion_failed":
                 lines.append(f"| {r['profile']} | {r['format']} | conversion failed | - | - | - | - | - | {r['reason'][:200]} |")
                 continue
-            agree = "yes" if r["gate_passed"] == r["task_passed"] else "**NO**"
+            agree = "yes" if r["gate_passed"] == r["task_passed"] else ("borderline" if r.get("borderline") else "**NO**")
             gate = "pass" if r["gate_passed"] else "FAIL"
             recipe = r.get("recipe", "baseline")
             if r.get("float_layers"):

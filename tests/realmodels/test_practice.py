@@ -34,14 +34,15 @@ def results(tmp_path_factory):
 def test_gate_agrees_with_the_task(results, name):
     rows = [r for r in results[name]["rows"] if r["status"] != "conversion_failed"]
     assert rows, f"{name}: nothing converted"
-    disagree = [(r["profile"], r["format"], r["gate_passed"], r["task"]) for r in rows if r["gate_passed"] != r["task_passed"]]
+    disagree = [(r["profile"], r["format"], r["gate_passed"], r["task"]) for r in rows
+                if r["gate_passed"] != r["task_passed"] and not r["borderline"]]
     assert not disagree, disagree
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_every_published_artifact_does_its_task(results, name):
     bad = [(r["profile"], r["format"], r["task"]) for r in results[name]["rows"]
-           if r["status"] == "published" and not r["task_passed"]]
+           if r["status"] == "published" and not r["task_passed"] and not r["borderline"]]
     assert not bad, bad
 
 
