@@ -71,6 +71,7 @@ def raw_ort(path: Path, x: np.ndarray):
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
+    so.add_session_config_entry("session.qdqisint8allowed", "1")  # what the facade does on x86
     s = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     names = [o.name for o in s.get_outputs()]
     feed_name = s.get_inputs()[0].name

@@ -148,7 +148,7 @@ def run_case(case: Case, root: Path, profiles: list[str] | None = None, **extra)
                            task_passed=verdict.passed, task=verdict.summary, task_figures=verdict.figures,
                            **_costs(folder, o.format))
             rows.append(row)
-    return {"case": case.name, "what": case.what, "seconds": round(seconds, 1), "rows": rows,
+    return {"case": case.name, "what": case.what, "seconds": round(seconds, 1), "rows": rows, "work": str(work),
             "kinds": summary.kinds, "profiles": [p.profile for p in summary.profiles]}
 
 

@@ -61,3 +61,39 @@ def test_float_tflite_sources_take_no_onnx_detour(results, name):
     for r in results[name]["rows"]:
         if r["format"] == "tflite-int8" and r["status"] != "conversion_failed":
             assert r["route"].startswith("tflite (float)") and "onnx2tf" not in r["route"], r["route"]
+
+
+def test_onnx_int8_on_x86_computes_what_the_device_computes(results):
+    """ONNX Runtime's x86 default (int8 activations turned uint8) moved the openWakeWord embedding
+    well away from its QDQ semantics; the facade keeps int8 x int8 as ARM and TensorRT do, so its
+    outputs match the QDQ reference (ORT with only basic graph rewrites: every Q/DQ computed as written)
+    to a few quantization steps, and it says which arithmetic ran."""
+    import numpy as np
+    import onnxruntime as ort
+
+    import edge_sdk
+    from edge_sdk.runtimes.onnxruntime import X86
+
+    work = Path(results["openwakeword_embedding_tflite"]["work"])
+    folder = work / "out" / "arm-cpu"
+    model_file = folder / "model.onnx"
+    assert model_file.is_file(), sorted(p.name for p in folder.iterdir())
+    val = np.load(work / "val.npz")
+    x = val[val.files[0]][:8]
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    ref_sess = ort.InferenceSession(str(model_file), so, providers=["CPUExecutionProvider"])
+    name = ref_sess.get_inputs()[0].name
+    ref = np.concatenate([ref_sess.run(None, {name: x[i:i + 1]})[0] for i in range(len(x))]).reshape(len(x), -1)
+    model = edge_sdk.load(folder, backend="onnxruntime", device="CPUExecutionProvider", strict=False,
+                          accept_failed_gate=True)
+    try:
+        got = np.concatenate([np.asarray(next(iter(model.infer(x[i:i + 1]).outputs.values())))
+                              for i in range(len(x))]).reshape(len(x), -1)
+        details = model.describe()
+    finally:
+        model.close()
+    cos = np.sum(ref * got, 1) / np.linalg.norm(ref, axis=1) / np.linalg.norm(got, axis=1)
+    assert cos.min() > 0.999, cos
+    if X86:
+        assert "s8s8" in str(details), details
