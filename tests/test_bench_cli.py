@@ -139,3 +139,21 @@ def test_fallback_is_one_warning_line(arts, capsys):
     cap = capsys.readouterr()
     assert "warning: jetson-orin: running on onnxruntime/CPUExecutionProvider" in cap.err
     assert "FallbackWarning" not in cap.err and "(fallback)" in cap.out
+
+
+def test_int8_onnx_on_x86_says_which_arithmetic_ran(arts, tmp_path, capsys):
+    """An int8 QDQ artifact benched with ONNX Runtime on this x86 host runs int8 x int8 (what the
+    gate checked, what ARM/TensorRT compute); the report says so and why it is the slow path."""
+    from edge_sdk.runtimes.onnxruntime import X86
+
+    j, m = tmp_path / "r.json", tmp_path / "r.md"
+    code = main(["bench", str(arts["jetson-orin"]), "--backend", "onnxruntime", "--device", "CPUExecutionProvider",
+                 "--runs", "5", "--warmup", "1", "--power", "none", "--json", str(j), "--markdown", str(m)])
+    assert code == 0, capsys.readouterr().err
+    (r,) = json.loads(j.read_text())["results"]
+    arithmetic = r["runtime"]["details"].get("int8_arithmetic", "")
+    if X86:
+        assert arithmetic.startswith("s8s8"), r["runtime"]
+        assert "x86_u8_activations" in m.read_text()
+    else:
+        assert arithmetic == "" and "x86_u8_activations" not in m.read_text()

@@ -190,6 +190,12 @@ def to_markdown(report: BenchReport) -> str:
     for r in results:
         if r["power"].get("warning_discarded"):
             lines.append(f"- power, {r['name']}: {r['power']['warning_discarded']}")
+        arithmetic = str(((r.get("runtime") or {}).get("details") or {}).get("int8_arithmetic") or "")
+        if arithmetic.startswith("s8s8"):
+            lines.append(f"- int8, {r['name']}: ONNX Runtime on x86 ran int8 x int8 ({arithmetic}); this is "
+                         "its slow path here, chosen so the numbers are the ones the gate checked. "
+                         "`backend_options.onnxruntime.x86_u8_activations = true` in the manifest selects the faster "
+                         "x86 default whose results differ.")
     for s in report.skipped:
         lines.append(f"- {'REFUSED' if s.get('refused') else 'skipped'} {s['name']}: {s['reason']}")
     for f in report.gates_failed:
