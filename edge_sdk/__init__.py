@@ -11,10 +11,12 @@ backends lazily:
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 from ._version import __version__
 from .errors import (
     AccuracyGateError,
+    BenchmarkGateError,
     CalibrationError,
     ConversionError,
     DelegateUnavailableError,
@@ -27,12 +29,26 @@ from .errors import (
 )
 from .profiles import Profile, builtin_profiles, resolve_profile
 
+if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and IDEs
+    from .bench import benchmark
+    from .converters.pipeline import convert
+    from .detect import Detection, Head, TopK
+    from .manifest import read_manifest
+    from .preprocess import ImageTransform
+    from .runtimes.base import FallbackWarning
+    from .runtimes.facade import AccuracyWarning, InferenceResult, Model, load
+
 # name -> "module:attribute", resolved on first access (PEP 562) so that `import edge_sdk` stays light.
 _LAZY = {
     "load": "edge_sdk.runtimes.facade:load",
     "AccuracyWarning": "edge_sdk.runtimes.facade:AccuracyWarning",
     "Model": "edge_sdk.runtimes.facade:Model",
     "InferenceResult": "edge_sdk.runtimes.facade:InferenceResult",
+    "FallbackWarning": "edge_sdk.runtimes.base:FallbackWarning",
+    "Detection": "edge_sdk.detect:Detection",
+    "Head": "edge_sdk.detect:Head",
+    "TopK": "edge_sdk.detect:TopK",
+    "ImageTransform": "edge_sdk.preprocess:ImageTransform",
     "convert": "edge_sdk.converters.pipeline:convert",
     "benchmark": "edge_sdk.bench:benchmark",
     "read_manifest": "edge_sdk.manifest:read_manifest",
@@ -51,6 +67,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "AccuracyGateError",
+    "BenchmarkGateError",
     "CalibrationError",
     "ConversionError",
     "DelegateUnavailableError",

@@ -210,33 +210,127 @@ def open_image(image: Any):
         raise InputValidationError(f"Cannot decode image {name}: {exc}", "Pass a PNG, JPEG or other Pillow-readable image.") from None
 
 
-def apply(image: Any, spec: PreprocessSpec) -> np.ndarray:
-    """Decode and preprocess one image into a batch of one: ``[1, C, H, W]`` or ``[1, H, W, C]``.
+@dataclass(frozen=True)
+class ImageTransform:
+    """Where the model input's pixels came from in the original image (one resize + offset per axis).
+
+    A point ``(x, y)`` of the original image (pixel-edge coordinates: ``0..width``) lands at
+    ``(x * scale_x + pad_x, y * scale_y + pad_y)`` in the model input. Letterbox padding makes
+    ``pad_x``/``pad_y`` positive; a centre crop makes them negative; a stretch has different
+    scales per axis. :meth:`to_frame` is the exact inverse, used to map detections back.
+
+    Attributes:
+        frame_size: ``(width, height)`` of the original image.
+        input_size: ``(width, height)`` of the model input.
+        scale_x / scale_y: Resized size over original size, per axis.
+        pad_x / pad_y: Offset of the resized image inside the model input, in input pixels.
+    """
+
+    frame_size: tuple[int, int]
+    input_size: tuple[int, int]
+    scale_x: float
+    scale_y: float
+    pad_x: float
+    pad_y: float
+
+    def to_input(self, boxes: Any) -> np.ndarray:
+        """Map ``[..., 4]`` boxes ``x1, y1, x2, y2`` from original-image to model-input pixels."""
+        b = np.asarray(boxes, dtype=np.float64)
+        m = np.array([self.scale_x, self.scale_y, self.scale_x, self.scale_y])
+        p = np.array([self.pad_x, self.pad_y, self.pad_x, self.pad_y])
+        return b * m + p
+
+    def to_frame(self, boxes: Any, *, clip: bool = False) -> np.ndarray:
+        """Map ``[..., 4]`` boxes ``x1, y1, x2, y2`` from model-input to original-image pixels.
+
+        Args:
+            boxes: Boxes in model-input pixels.
+            clip: Clip to the original image (``0..width``, ``0..height``).
+
+        Returns:
+            float64 boxes in the original image's pixels.
+        """
+        b = np.asarray(boxes, dtype=np.float64)
+        m = np.array([self.scale_x, self.scale_y, self.scale_x, self.scale_y])
+        p = np.array([self.pad_x, self.pad_y, self.pad_x, self.pad_y])
+        out = (b - p) / m
+        if clip:
+            w, h = self.frame_size
+            out = np.clip(out, 0.0, np.array([w, h, w, h], dtype=np.float64))
+        return out
+
+
+#: ``reducing_gap`` of the fast resize path (PIL first shrinks by an integer factor with a box
+#: filter while the remaining factor stays above this gap, then resamples): chosen by
+#: measurement, see docs/architecture.md.
+FAST_REDUCING_GAP = 3.0
+
+
+def _resize(img, size: tuple[int, int], fast: bool):
+    from PIL import Image
+
+    if img.size == size:
+        return img
+    return img.resize(size, Image.BILINEAR, reducing_gap=FAST_REDUCING_GAP if fast else None)
+
+
+def _to_pil(image: Any, spec: PreprocessSpec):
+    """A PIL image in the spec's mode (``L`` for GRAY, else ``RGB``) from a path, bytes, PIL image or array."""
+    from PIL import Image
+
+    mode = "L" if spec.color == "GRAY" else "RGB"
+    if isinstance(image, np.ndarray):
+        from .frames import check_frame
+
+        arr = check_frame(image, "gray" if image.ndim == 2 or (image.ndim == 3 and image.shape[2] == 1) else "rgb")
+        if arr.ndim == 3 and arr.shape[2] == 1:
+            arr = arr[:, :, 0]
+        img = Image.fromarray(np.ascontiguousarray(arr))
+    else:
+        img = open_image(image)
+    if img.width == 0 or img.height == 0:
+        raise InputValidationError(f"The image is empty ({img.width}x{img.height}).", "Skip it; it has no pixels.")
+    return img if img.mode == mode else img.convert(mode)
+
+
+def apply_with_transform(image: Any, spec: PreprocessSpec, *, fast: bool = False) -> tuple[np.ndarray, ImageTransform]:
+    """:func:`apply`, also returning the :class:`ImageTransform` from the image to the model input.
+
+    Args:
+        image: A path, bytes, PIL image, or a uint8 ``HxW`` / ``HxWx3`` RGB / ``HxWx4`` RGBA array.
+        spec: The preprocessing spec (with a size).
+        fast: Resize with PIL's ``reducing_gap`` (:data:`FAST_REDUCING_GAP`): several times
+            faster when shrinking by 4x or more, within a few grey levels of the exact resize;
+            identical when shrinking less. The default replays calibration exactly.
 
     Raises:
-        InputValidationError: the image cannot be decoded, or the spec has no size.
+        InputValidationError: the image cannot be decoded or is empty, or the spec has no size.
     """
     from PIL import Image
 
     if spec.size is None:
         raise InputValidationError("Preprocessing spec has no size; set size=HxW or let the model's input shape fill it.")
-    img = open_image(image)
-    img = img.convert("L" if spec.color == "GRAY" else "RGB")
+    img = _to_pil(image, spec)
     h, w = spec.size
+    fw, fh = img.width, img.height
     if spec.resize == "stretch":
-        img = img.resize((w, h), Image.BILINEAR)
+        img = _resize(img, (w, h), fast)
+        transform = ImageTransform((fw, fh), (w, h), w / fw, h / fh, 0.0, 0.0)
     elif spec.resize == "letterbox":
-        r = min(w / img.width, h / img.height)
-        nw, nh = max(1, round(img.width * r)), max(1, round(img.height * r))
+        r = min(w / fw, h / fh)
+        nw, nh = max(1, round(fw * r)), max(1, round(fh * r))
+        left, top = (w - nw) // 2, (h - nh) // 2
         canvas = Image.new(img.mode, (w, h), spec.pad_value if img.mode == "L" else (spec.pad_value,) * 3)
-        canvas.paste(img.resize((nw, nh), Image.BILINEAR), ((w - nw) // 2, (h - nh) // 2))
+        canvas.paste(_resize(img, (nw, nh), fast), (left, top))
         img = canvas
+        transform = ImageTransform((fw, fh), (w, h), nw / fw, nh / fh, float(left), float(top))
     else:  # center-crop
-        r = max(w / img.width, h / img.height)
-        nw, nh = max(w, round(img.width * r)), max(h, round(img.height * r))
-        img = img.resize((nw, nh), Image.BILINEAR)
+        r = max(w / fw, h / fh)
+        nw, nh = max(w, round(fw * r)), max(h, round(fh * r))
+        img = _resize(img, (nw, nh), fast)
         left, top = (nw - w) // 2, (nh - h) // 2
         img = img.crop((left, top, left + w, top + h))
+        transform = ImageTransform((fw, fh), (w, h), nw / fw, nh / fh, float(-left), float(-top))
     arr = np.asarray(img, dtype=np.float32)
     if arr.ndim == 2:
         arr = arr[:, :, None]
@@ -251,7 +345,21 @@ def apply(image: Any, spec: PreprocessSpec) -> np.ndarray:
         out = out.astype(np.float32)
     if spec.layout == "NCHW":
         out = out.transpose(2, 0, 1)
-    return np.ascontiguousarray(out[None, ...])
+    return np.ascontiguousarray(out[None, ...]), transform
+
+
+def apply(image: Any, spec: PreprocessSpec, *, fast: bool = False) -> np.ndarray:
+    """Decode and preprocess one image into a batch of one: ``[1, C, H, W]`` or ``[1, H, W, C]``.
+
+    Args:
+        image: A path, bytes, PIL image, or a uint8 ``HxW`` / ``HxWx3`` RGB / ``HxWx4`` RGBA array.
+        spec: The preprocessing spec (with a size).
+        fast: See :func:`apply_with_transform`.
+
+    Raises:
+        InputValidationError: the image cannot be decoded or is empty, or the spec has no size.
+    """
+    return apply_with_transform(image, spec, fast=fast)[0]
 
 
 def spec_hash(spec: PreprocessSpec | None) -> str:

@@ -23,9 +23,12 @@ import logging
 import threading
 import time
 import warnings
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -37,22 +40,33 @@ from .base import Runner, RunnerConfig
 from .select import Selection, open_runner, resolve_folder
 from .tensors import InputPlan, OutputPlan, plan_inputs, plan_outputs
 
+if TYPE_CHECKING:
+    from edge_sdk.detect import Detection, Head, TopK
+    from edge_sdk.preprocess import ImageTransform
+
 _perf = time.perf_counter
 log = logging.getLogger("edge_sdk.runtime")
 
 
-@dataclass(slots=True)
-class InferenceResult:
-    """One inference.
+@dataclass(slots=True, eq=False)
+class InferenceResult(Mapping):
+    """One inference; also a read-only mapping of output name -> array.
+
+    ``result["probs"]``, ``"probs" in result``, ``list(result)``, ``result.keys()`` and
+    ``dict(result)`` see the outputs; a wrong name raises ``KeyError`` listing the valid ones.
 
     Attributes:
         outputs: Output name (as in the manifest) -> numpy array.
-        timings: Milliseconds: ``preprocess``, ``quantize``, ``inference``, ``dequantize``, ``total``.
+        timings: Milliseconds: ``preprocess``, ``quantize``, ``inference``, ``dequantize``,
+            ``postprocess`` (decoding a head), ``total``.
         backend: What ran, e.g. ``litert/xnnpack``.
         delegate: The delegate / provider / device that actually ran (partial delegation included).
         model_sha256: sha256 of the model file that ran.
         profile: The profile the artifact was converted for.
         fallback: True when the profile's preferred accelerator was skipped.
+        transform: For :meth:`Model.infer_image`: how the original image maps to the model input
+            (:class:`~edge_sdk.preprocess.ImageTransform`); None for :meth:`Model.infer`.
+        labels: Class names the model was loaded with (``load(labels=...)``), or None.
     """
 
     outputs: dict[str, np.ndarray]
@@ -62,9 +76,52 @@ class InferenceResult:
     model_sha256: str
     profile: str
     fallback: bool = False
+    transform: "ImageTransform | None" = None
+    labels: "list[str] | None" = None
+    _detections: "list[Detection] | None" = field(default=None, repr=False)
 
     def __getitem__(self, name: str) -> np.ndarray:
-        return self.outputs[name]
+        try:
+            return self.outputs[name]
+        except (KeyError, TypeError):
+            raise KeyError(f"{name!r} is not an output of this model; outputs: {', '.join(map(repr, self.outputs))}") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.outputs)
+
+    def __len__(self) -> int:
+        return len(self.outputs)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.outputs
+
+    @property
+    def detections(self) -> "list[Detection]":
+        """Detected objects (label, score, box in the original frame's pixels), highest score first.
+
+        Raises:
+            InputValidationError: the model was loaded without a detector head.
+        """
+        if self._detections is None:
+            raise InputValidationError("This result has no detections: the model was loaded without a detector head.",
+                                       "Load it with edge_sdk.load(path, head='yolov8', labels=[...]) and use infer_image().")
+        return self._detections
+
+    def top_k(self, k: int = 5, output: str | None = None) -> "list[TopK]":
+        """The ``k`` highest class scores as ``(label, score, index)``, best first.
+
+        Args:
+            k: How many.
+            output: Which output (default: the first).
+
+        Raises:
+            KeyError: unknown output name (the valid ones are listed).
+            InputValidationError: ``k`` below 1.
+        """
+        from edge_sdk.detect import top_k
+
+        arr = self[output] if output is not None else next(iter(self.outputs.values()))
+        return top_k(arr, k, self.labels)
 
 
 @dataclass(frozen=True)
@@ -100,6 +157,10 @@ class Model:
         self._out: OutputPlan = plan_outputs(self._outputs, runner.output_metadata)
         self.backend = f"{runner.backend}/{runner.delegate}"
         self._preprocess = None
+        self.head: "Head | None" = None
+        self.labels: list[str] | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
         # Fixed facts of every result, gathered once (the hot path does no attribute walks).
         self._facts = (self.backend, runner.delegate, model_sha256, selection.profile, selection.fallback)
 
@@ -186,20 +247,9 @@ class Model:
         t3 = _perf()
         return InferenceResult(
             outputs, {"preprocess": 0.0, "quantize": t_quant * 1e3, "inference": (t2 - t1) * 1e3,
-                      "dequantize": (t3 - t2) * 1e3, "total": (t3 - t0) * 1e3}, *self._facts)
+                      "dequantize": (t3 - t2) * 1e3, "total": (t3 - t0) * 1e3}, *self._facts, None, self.labels)
 
-    def preprocess(self, image: Any) -> np.ndarray:
-        """Apply exactly the preprocessing recorded in the manifest to one image.
-
-        Args:
-            image: A path, bytes, a PIL image, or a decoded ``HxWxC`` / ``HxW`` uint8 array.
-
-        Returns:
-            The model input array (batch of one), float as calibrated.
-
-        Raises:
-            InputValidationError: the manifest records no preprocessing, or the image is unreadable.
-        """
+    def _spec(self):
         if self._preprocess is None:
             from edge_sdk import preprocess as pp
 
@@ -210,25 +260,135 @@ class Model:
             parsed = pp.from_dict(spec, where="manifest preprocessing")
             target = next((t for t in self._inputs if t.name == parsed.input), self._inputs[0])
             self._preprocess = (pp, parsed.with_size_from_shape(list(target.shape)), target.name)
-        pp, spec, _ = self._preprocess
-        if isinstance(image, np.ndarray):
-            image = _array_to_pil(image)
-        return pp.apply(image, spec)
+        return self._preprocess
 
-    def infer_image(self, image: Any) -> InferenceResult:
-        """Preprocess one image as recorded in the manifest, then :meth:`infer` it."""
+    def preprocess(self, image: Any, *, color: str = "rgb", fast: bool = False) -> np.ndarray:
+        """Apply exactly the preprocessing recorded in the manifest to one image.
+
+        Args:
+            image: A path, bytes, a PIL image, or a uint8 numpy frame of any size in ``color``.
+            color: The frame's colour format: ``rgb`` (also RGBA), ``bgr`` (OpenCV), ``gray``,
+                ``nv12`` or ``yuv420`` (I420); ignored for paths, bytes and PIL images.
+            fast: The faster resize (see :func:`edge_sdk.preprocess.apply_with_transform`).
+
+        Returns:
+            The model input array (batch of one), float as calibrated.
+
+        Raises:
+            InputValidationError: the manifest records no preprocessing, or the image is
+                unreadable, empty, None, not an array, or not shaped/typed for ``color``.
+        """
+        return self.preprocess_with_transform(image, color=color, fast=fast)[0]
+
+    def preprocess_with_transform(self, image: Any, *, color: str = "rgb",
+                                  fast: bool = False) -> "tuple[np.ndarray, ImageTransform]":
+        """:meth:`preprocess`, also returning the :class:`~edge_sdk.preprocess.ImageTransform`
+        from the original image to the model input (to map boxes back)."""
+        pp, spec, _ = self._spec()
+        return pp.apply_with_transform(_image_input(image, color), spec, fast=fast)
+
+    def infer_image(self, image: Any, *, color: str = "rgb", fast: bool = False) -> InferenceResult:
+        """Preprocess one image or camera frame as recorded in the manifest, infer it, decode the head.
+
+        Args:
+            image: A path, bytes, a PIL image, or a uint8 numpy frame of any size.
+            color: The numpy frame's colour format: ``rgb``, ``bgr`` (OpenCV), ``gray``, ``nv12``
+                or ``yuv420``.
+            fast: The faster resize (PIL ``reducing_gap``), within a few grey levels of calibration's.
+
+        Returns:
+            An :class:`InferenceResult`; with ``load(head="yolov8")`` its ``detections`` are in the
+            original frame's pixels.
+
+        Raises:
+            InputValidationError: a malformed frame (None, a list, wrong dtype/shape, empty), an
+                unreadable image, or no preprocessing in the manifest.
+        """
         t0 = _perf()
-        x = self.preprocess(image)
+        x, transform = self.preprocess_with_transform(image, color=color, fast=fast)
         t1 = _perf()
         result = self.infer({self._preprocess[2]: x} if len(self._inputs) > 1 else x)
+        result.transform = transform
         result.timings["preprocess"] = (t1 - t0) * 1e3
         result.timings["total"] += (t1 - t0) * 1e3
+        if self.head is not None and self.head.kind == "yolov8":
+            from edge_sdk.detect import decode_yolov8
+
+            t2 = _perf()
+            out = result[self.head.output] if self.head.output else next(iter(result.outputs.values()))
+            result._detections = decode_yolov8(out, self.head, transform=transform, labels=self.labels)
+            result.timings["postprocess"] = (_perf() - t2) * 1e3
+            result.timings["total"] += result.timings["postprocess"]
         return result
+
+    # -- pipelining -------------------------------------------------------------------------
+    def _executor(self, workers: int | None = None) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                if not self._runner.is_active:
+                    raise ModelLoadError("This model is closed.", "Load it again with edge_sdk.load().")
+                self._pool = ThreadPoolExecutor(max_workers=workers or 2, thread_name_prefix="edge_sdk-infer")
+            return self._pool
+
+    def submit(self, frame: Any, *, color: str = "rgb", fast: bool = False) -> "Future[InferenceResult]":
+        """Start :meth:`infer_image` on a worker thread; returns its ``concurrent.futures.Future``.
+
+        Preprocessing and decoding of one frame overlap the inference of another. Runtimes that
+        are not thread-safe (LiteRT, TensorRT) still run one inference at a time (the model's
+        lock); ONNX Runtime and OpenVINO run them concurrently. The frame must not be changed
+        until its future is done. ``future.result()`` raises what ``infer_image`` would.
+
+        Raises:
+            ModelLoadError: the model is closed.
+        """
+        return self._executor().submit(self.infer_image, frame, color=color, fast=fast)
+
+    def pipeline(self, frames: Iterable[Any], *, max_in_flight: int = 2, color: str = "rgb",
+                 fast: bool = False) -> Iterator[InferenceResult]:
+        """Infer a stream of frames with up to ``max_in_flight`` in progress; yields results in order.
+
+        Results equal a plain ``for f in frames: model.infer_image(f)`` loop. A frame that fails
+        raises its error (e.g. ``InputValidationError``) when its turn comes; use :meth:`submit`
+        to handle each frame yourself. Frames must not be changed until their result is yielded.
+
+        Args:
+            frames: Any iterable (a generator reading a camera is read ahead by ``max_in_flight``).
+            max_in_flight: Frames submitted and not yet yielded (1..64).
+            color: The frames' colour format (see :meth:`infer_image`).
+            fast: The faster resize.
+
+        Raises:
+            InputValidationError: ``max_in_flight`` outside 1..64, or a malformed frame.
+        """
+        if not isinstance(max_in_flight, int) or not 1 <= max_in_flight <= 64:
+            raise InputValidationError(f"max_in_flight must be 1..64, got {max_in_flight!r}.",
+                                       "2 overlaps preprocessing with inference; use about the number of cores.")
+        from edge_sdk.frames import check_color
+
+        check_color(color)
+        pool = ThreadPoolExecutor(max_workers=max_in_flight, thread_name_prefix="edge_sdk-pipeline")
+        pending: deque[Future[InferenceResult]] = deque()
+        try:
+            for frame in frames:
+                pending.append(pool.submit(self.infer_image, frame, color=color, fast=fast))
+                if len(pending) >= max_in_flight:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for f in pending:
+                f.cancel()
+            pool.shutdown(wait=True)
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
         """Release the native model; safe to call twice, and from another thread (a call in
-        flight finishes first; later calls raise ``ModelLoadError``)."""
+        flight finishes first; later calls raise ``ModelLoadError``). Frames submitted with
+        :meth:`submit` finish first."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
         if self._lock is None:
             self._runner.deactivate()
         else:
@@ -245,18 +405,23 @@ class Model:
         return f"<edge_sdk.Model {self.profile} on {self.backend}{' (fallback)' if self.fallback else ''}>"
 
 
-def _array_to_pil(arr: np.ndarray):
-    """A decoded image array (uint8 ``HxW``, ``HxWx3`` RGB or ``HxWx4``) as a PIL image.
+def _image_input(image: Any, color: str):
+    """What :func:`edge_sdk.preprocess.apply_with_transform` takes: paths, bytes and PIL images as
+    they are; anything else must be a frame in ``color`` (converted to RGB / gray).
 
     Raises:
-        InputValidationError: not a uint8 image array.
+        InputValidationError: None, a list, or a frame that does not fit ``color``.
     """
-    from PIL import Image
+    from edge_sdk.frames import check_color, frame_to_rgb
 
-    if arr.dtype != np.uint8 or arr.ndim not in (2, 3) or (arr.ndim == 3 and arr.shape[2] not in (1, 3, 4)):
-        raise InputValidationError(f"preprocess() got an array {arr.dtype} {list(arr.shape)}; expected a uint8 HxW or HxWxC image.",
-                                   "Pass the image file path, its bytes, a PIL image, or a decoded uint8 array.")
-    return Image.fromarray(arr[:, :, 0] if arr.ndim == 3 and arr.shape[2] == 1 else arr)
+    color = check_color(color)
+    if isinstance(image, str | Path | bytes | bytearray | memoryview):
+        return image
+    if type(image).__module__.startswith("PIL.") and hasattr(image, "convert"):
+        return image
+    if color == "rgb" and isinstance(image, np.ndarray) and (image.ndim == 2 or (image.ndim == 3 and image.shape[2] == 1)):
+        color = "gray"  # a single-channel array needs no colour name (as before frames had one)
+    return frame_to_rgb(image, color)
 
 
 def format_specs(manifest: Manifest, fmt: str) -> tuple[list[TensorSpec], list[TensorSpec]]:
@@ -269,7 +434,8 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
          cache_dir: str | Path | None = None, accept_failed_gate: bool = False,
          allow_unpublished: bool = False, allow_external_delegates: list[str | Path] | None = None,
          trusted_keys: list | None = None, crash_guard: bool | None = None,
-         verified_cache: str | Path | None = None) -> Model:
+         verified_cache: str | Path | None = None, head: "str | Head | None" = None,
+         labels: "Sequence[str] | str | Path | None" = None) -> Model:
     """Load an artifact for inference on the best runtime step this device supports.
 
     Args:
@@ -298,6 +464,11 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
             Cached by sha256, so only the first load of an artifact pays it. None: on, unless
             ``EDGE_SDK_CRASH_GUARD=0`` or the user config file turns it off.
         verified_cache: The crash guard's cache folder (default ``~/.cache/edge-sdk/verified``).
+        head: Decode the outputs in :meth:`Model.infer_image`: ``"yolov8"`` (packed ``[1, 4 + C, N]``
+            boxes and scores; fills ``result.detections`` in frame pixels) or an
+            :class:`edge_sdk.detect.Head` with thresholds; ``"classifier"`` only attaches labels.
+        labels: Class names (a list, or a text file with one per line) for detections and
+            ``result.top_k()``.
 
     Returns:
         A loaded :class:`Model`.
@@ -309,8 +480,10 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
         InputValidationError: unknown backend, or a backend/device the artifact cannot run on.
         MissingDependencyError: the runtime for the chosen step is not installed.
     """
+    from edge_sdk.detect import as_head, read_labels
     from edge_sdk.trust import Policy, check_artifact
 
+    head_spec, label_list = as_head(head), read_labels(labels)  # argument errors before any loading
     policy = Policy.resolve(allow_external_delegates, trusted_keys)
 
     def check(where: Path):  # the one door: load and `edge-sdk verify` run exactly this
@@ -347,19 +520,66 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
     def guarded(step: RuntimeStep, config: RunnerConfig) -> None:
         chosen["guard"] = guard(step, config)
 
-    runner, selection = open_runner(folder, manifest, prof, backend=backend, device=device, strict=strict,
-                                    make_config=make_config, guard=guarded if guard is not None else None)
+    try:
+        runner, selection = open_runner(folder, manifest, prof, backend=backend, device=device, strict=strict,
+                                        make_config=make_config, guard=guarded if guard is not None else None)
+    except DelegateUnavailableError as exc:
+        missing = _missing_runtime(prof, manifest, backend, device)
+        if missing is not None:
+            raise missing from exc
+        raise
+    if selection.fallback:
+        log.warning("%s: running on %s/%s because %s", prof.name, selection.step.backend, runner.delegate,
+                    "; ".join(selection.skipped))
     # "trial": loaded in a child process first; "cached": a passed trial of these exact files; "off".
     runner.details["crash_guard"] = chosen.get("guard", "off")
     selection.notes.extend(notes)
     for note in notes:
         log.info("%s", note)
     try:
-        return Model(folder, manifest, runner, selection, chosen["sha"],
-                     LoadOptions(check_finite=check_finite, num_threads=num_threads, cache_dir=cache))
+        model = Model(folder, manifest, runner, selection, chosen["sha"],
+                      LoadOptions(check_finite=check_finite, num_threads=num_threads, cache_dir=cache))
+        model.head, model.labels = head_spec, label_list
+        return model
     except BaseException:
         runner.deactivate()
         raise
+
+
+#: backend -> (import name, extra) of its runtime wheel, for MissingDependencyError.
+_RUNTIME_WHEELS = {"litert": ("ai_edge_litert", "litert"), "onnxruntime": ("onnxruntime", "onnxruntime"),
+                   "openvino": ("openvino", "openvino")}
+
+
+def _missing_runtime(prof, manifest: Manifest, backend: str | None, device: str | None):
+    """A :class:`MissingDependencyError` when no step of the chain could run only because the
+    runtime wheels are not installed (the README promises exit 8 naming the extra); else None."""
+    from edge_sdk.errors import MissingDependencyError
+
+    from .probe import litert_module, openvino_devices, ort_providers, tensorrt_version
+    from .select import candidate_steps
+
+    try:
+        steps, _ = candidate_steps(prof, manifest, backend, device)
+    except Exception:  # noqa: BLE001 - the original error explains a bad choice better
+        return None
+    present = {"litert": lambda: litert_module() is not None, "onnxruntime": lambda: ort_providers() is not None,
+               "openvino": lambda: openvino_devices() is not None}
+    wheels = []
+    for step in steps:
+        if step.backend == "tensorrt" and tensorrt_version() is None:
+            continue  # JetPack's, not a pip extra: the ONNX Runtime step after it names the wheel
+        if step.backend not in _RUNTIME_WHEELS or present[step.backend]():
+            return None  # something else (a delegate, a device, TensorRT) was the reason
+        wheels.append(_RUNTIME_WHEELS[step.backend])
+    if not wheels:
+        return None
+    module, extra = wheels[0]
+    exc = MissingDependencyError(module, extra, f"running profile '{prof.name}' ({manifest.artifacts[0].format})")
+    others = [e for _, e in dict.fromkeys(wheels)][1:]
+    if others:
+        exc.hint = f'{exc.hint} (or {" / ".join(f"edge-sdk[{e}]" for e in others)})'
+    return exc
 
 
 class AccuracyWarning(UserWarning):
