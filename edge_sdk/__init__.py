@@ -27,7 +27,12 @@ from .errors import (
     ModelLoadError,
     ProfileError,
 )
+from . import errors as _errors
 from .profiles import Profile, builtin_profiles, resolve_profile
+
+#: Every error class of edge_sdk.errors is exported, including ones added later (listed above for type checkers).
+_ERROR_NAMES = sorted(n for n, v in vars(_errors).items() if isinstance(v, type) and issubclass(v, EdgeSDKError))
+globals().update({n: getattr(_errors, n) for n in _ERROR_NAMES})
 
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and IDEs
     from .bench import benchmark
@@ -83,3 +88,4 @@ __all__ = [
     "resolve_profile",
     *_LAZY,
 ]
+__all__ += [n for n in _ERROR_NAMES if n not in __all__]

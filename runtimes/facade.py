@@ -262,7 +262,7 @@ class Model:
             self._preprocess = (pp, parsed.with_size_from_shape(list(target.shape)), target.name)
         return self._preprocess
 
-    def preprocess(self, image: Any, *, color: str = "rgb", fast: bool = False) -> np.ndarray:
+    def preprocess(self, image: Any, *, color: str = "rgb", fast: bool | float = False) -> np.ndarray:
         """Apply exactly the preprocessing recorded in the manifest to one image.
 
         Args:
@@ -281,13 +281,13 @@ class Model:
         return self.preprocess_with_transform(image, color=color, fast=fast)[0]
 
     def preprocess_with_transform(self, image: Any, *, color: str = "rgb",
-                                  fast: bool = False) -> "tuple[np.ndarray, ImageTransform]":
+                                  fast: bool | float = False) -> "tuple[np.ndarray, ImageTransform]":
         """:meth:`preprocess`, also returning the :class:`~edge_sdk.preprocess.ImageTransform`
         from the original image to the model input (to map boxes back)."""
         pp, spec, _ = self._spec()
-        return pp.apply_with_transform(_image_input(image, color), spec, fast=fast)
+        return pp.apply_with_transform(image, spec, fast=fast, color=color)
 
-    def infer_image(self, image: Any, *, color: str = "rgb", fast: bool = False) -> InferenceResult:
+    def infer_image(self, image: Any, *, color: str = "rgb", fast: bool | float = False) -> InferenceResult:
         """Preprocess one image or camera frame as recorded in the manifest, infer it, decode the head.
 
         Args:
@@ -330,7 +330,7 @@ class Model:
                 self._pool = ThreadPoolExecutor(max_workers=workers or 2, thread_name_prefix="edge_sdk-infer")
             return self._pool
 
-    def submit(self, frame: Any, *, color: str = "rgb", fast: bool = False) -> "Future[InferenceResult]":
+    def submit(self, frame: Any, *, color: str = "rgb", fast: bool | float = False) -> "Future[InferenceResult]":
         """Start :meth:`infer_image` on a worker thread; returns its ``concurrent.futures.Future``.
 
         Preprocessing and decoding of one frame overlap the inference of another. Runtimes that
@@ -344,7 +344,7 @@ class Model:
         return self._executor().submit(self.infer_image, frame, color=color, fast=fast)
 
     def pipeline(self, frames: Iterable[Any], *, max_in_flight: int = 2, color: str = "rgb",
-                 fast: bool = False) -> Iterator[InferenceResult]:
+                 fast: bool | float = False) -> Iterator[InferenceResult]:
         """Infer a stream of frames with up to ``max_in_flight`` in progress; yields results in order.
 
         Results equal a plain ``for f in frames: model.infer_image(f)`` loop. A frame that fails
@@ -403,25 +403,6 @@ class Model:
 
     def __repr__(self) -> str:
         return f"<edge_sdk.Model {self.profile} on {self.backend}{' (fallback)' if self.fallback else ''}>"
-
-
-def _image_input(image: Any, color: str):
-    """What :func:`edge_sdk.preprocess.apply_with_transform` takes: paths, bytes and PIL images as
-    they are; anything else must be a frame in ``color`` (converted to RGB / gray).
-
-    Raises:
-        InputValidationError: None, a list, or a frame that does not fit ``color``.
-    """
-    from edge_sdk.frames import check_color, frame_to_rgb
-
-    color = check_color(color)
-    if isinstance(image, str | Path | bytes | bytearray | memoryview):
-        return image
-    if type(image).__module__.startswith("PIL.") and hasattr(image, "convert"):
-        return image
-    if color == "rgb" and isinstance(image, np.ndarray) and (image.ndim == 2 or (image.ndim == 3 and image.shape[2] == 1)):
-        color = "gray"  # a single-channel array needs no colour name (as before frames had one)
-    return frame_to_rgb(image, color)
 
 
 def format_specs(manifest: Manifest, fmt: str) -> tuple[list[TensorSpec], list[TensorSpec]]:

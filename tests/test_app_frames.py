@@ -168,3 +168,44 @@ def test_fast_resize_stays_close_and_is_exact_for_small_reductions():
     assert diff.max() <= 8 and diff.mean() <= 1.0, (diff.max(), diff.mean())
     big = pp.from_dict({"size": [320, 320], "resize": "letterbox", "layout": "NCHW", "scale": 1.0})
     np.testing.assert_array_equal(pp.apply(frame, big), pp.apply(frame, big, fast=True))  # 2x: no reducing step
+
+
+def former_formula(img: Image.Image, spec) -> np.ndarray:
+    """The preprocessing arithmetic as it was before the one-pass tensor path (what calibration used)."""
+    arr = np.asarray(img, dtype=np.float32)
+    if arr.ndim == 2:
+        arr = arr[:, :, None]
+    if spec.color == "BGR":
+        arr = arr[:, :, ::-1]
+    if spec.dtype == "uint8":
+        out = arr.astype(np.uint8)
+    else:
+        out = (((arr * np.float32(spec.scale)) - np.asarray(spec.mean, np.float32))
+               / np.asarray(spec.std, np.float32)).astype(np.float32)
+    if spec.layout == "NCHW":
+        out = out.transpose(2, 0, 1)
+    return np.ascontiguousarray(out[None])
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("color, mean, std", [("RGB", [0.0], [1.0]), ("RGB", [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
+                                              ("BGR", [0.5], [0.25]), ("GRAY", [0.1], [0.3])])
+@pytest.mark.parametrize("dtype, scale", [("float32", 1 / 255), ("float32", 1 / 127.5), ("uint8", 1.0)])
+def test_one_pass_tensor_is_bit_identical_to_the_former_arithmetic(layout, color, mean, std, dtype, scale):
+    frame = np.random.default_rng(1).integers(0, 256, (97, 131, 3), dtype=np.uint8)
+    spec = pp.from_dict({"size": [40, 50], "layout": layout, "color": color, "mean": mean, "std": std,
+                         "dtype": dtype, "scale": scale})
+    img = Image.fromarray(frame).convert("L" if color == "GRAY" else "RGB").resize((50, 40), Image.BILINEAR)
+    want, got = former_formula(img, spec), pp.apply(frame, spec)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+def test_fast_gap_argument():
+    spec = pp.from_dict({"size": [32, 32], "layout": "NCHW"})
+    frame = smooth_rgb(480, 640)
+    np.testing.assert_array_equal(pp.apply(frame, spec, fast=3.0), pp.apply(frame, spec, fast=True))
+    assert not np.array_equal(pp.apply(frame, spec, fast=1.0), pp.apply(frame, spec))
+    for bad in (0.5, float("nan"), "yes"):
+        with pytest.raises(InputValidationError, match="reducing gap"):
+            pp.apply(frame, spec, fast=bad)
