@@ -262,3 +262,4 @@ from . import cli_bench  # noqa: E402,F401
 from . import cli_run  # noqa: E402,F401
 from . import cli_convert  # noqa: E402,F401
 from . import cli_explain  # noqa: E402,F401
+from . import cli_fleet  # noqa: E402,F401

@@ -103,9 +103,20 @@ class ProgressPrinter:
 @click.option("--no-crash-guard", is_flag=True,
               help="Do not trial-load each model in a child process first (a crashing model then ends the run).")
 @trust_options()
+@click.option("--fleet", "fleet_address", metavar="ADDRESS",
+              help="Bench on the devices of the fleet at ADDRESS instead of here (docs/fleet.md).")
+@click.option("--devices", default="all", show_default=True,
+              help="With --fleet: all matching devices, one per artifact (retried on another if it dies), or NAME,...")
+@click.option("--tls", "tls_dir", type=click.Path(file_okay=False),
+              help="With --fleet: the `edge-sdk fleet certs` folder (mutual TLS; required off loopback).")
+@click.option("--insecure", is_flag=True, help="With --fleet: allow plain TCP to a non-loopback scheduler.")
 def bench(artifacts, profile, runs, warmup, duration, threads, strict, power, interval_ms, idle_s, image, backend,
-          device, json_path, md_path, plot_path, fail_if, no_verify, no_crash_guard, keys, allow_delegates) -> None:
-    """Benchmark ARTIFACTS on this device: latency, cold start, memory, power and energy."""
+          device, json_path, md_path, plot_path, fail_if, no_verify, no_crash_guard, keys, allow_delegates,
+          fleet_address, devices, tls_dir, insecure) -> None:
+    """Benchmark ARTIFACTS on this device: latency, cold start, memory, power and energy.
+
+    With --fleet ADDRESS, on the devices of a fleet instead: one report, a row per device x artifact.
+    """
     from .bench import benchmark, to_markdown
 
     for opt, path in (("--json", None if json_path == "-" else json_path), ("--markdown", md_path), ("--plot", plot_path)):
@@ -115,6 +126,20 @@ def bench(artifacts, profile, runs, warmup, duration, threads, strict, power, in
         from ._deps import require
 
         require("matplotlib", "bench --plot", extra="plot")
+    if fleet_address:
+        if image or allow_delegates:
+            raise InputValidationError("--image and --allow-external-delegate are not supported with --fleet.",
+                                       "A device's delegate allow list is its own config file (docs/fleet.md).")
+        from .cli_fleet import run_fleet_bench
+
+        run_fleet_bench(artifacts, fleet_address, devices, tls_dir, insecure, json_path, md_path, plot_path,
+                        profile=profile, runs=runs, warmup=warmup, duration_s=duration, threads=threads, strict=strict,
+                        power=power, idle_s=idle_s, backend=backend, device=device, fail_if=fail_if,
+                        sample_interval_s=interval_ms / 1000.0, verify=not no_verify,
+                        crash_guard=False if no_crash_guard else None, trusted_keys=list(keys) if keys else None)
+        return
+    if tls_dir or insecure or devices != "all":
+        raise InputValidationError("--devices, --tls and --insecure only apply with --fleet ADDRESS.")
     with warnings.catch_warnings(record=True) as caught:
         # a fallback warning is news, not a bug: one plain line instead of Python's source-line format
         warnings.simplefilter("always")

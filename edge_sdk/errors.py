@@ -110,6 +110,12 @@ class BenchmarkGateError(EdgeSDKError):
     exit_code = 9
 
 
+class FleetError(EdgeSDKError):
+    """The device fleet cannot be reached or used (scheduler down, a name taken, a device lost)."""
+
+    exit_code = 10
+
+
 #: The single place where error classes become process exit codes (most specific first).
 EXIT_CODES: tuple[tuple[type[EdgeSDKError], int], ...] = tuple(
     (cls, cls.exit_code)
@@ -124,6 +130,7 @@ EXIT_CODES: tuple[tuple[type[EdgeSDKError], int], ...] = tuple(
         ProfileError,
         MissingDependencyError,
         BenchmarkGateError,
+        FleetError,
         EdgeSDKError,
     )
 )

@@ -1,0 +1,201 @@
+"""A real fleet on loopback: `edge-sdk fleet serve` and two `fleet join` devices as subprocesses
+(one tagged intel-cpu, one arm-cpu), benching a quick-start-like `convert` output folder with
+`bench --fleet`; a device killed mid-run; mutual TLS with `fleet certs`."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+import edge_sdk.fleet
+from fleet_helpers import EXE, Fleet, quickstart_folder
+from rt_artifacts import tflite_artifacts
+
+FAST = ["--runs", "20", "--warmup", "2", "--power", "none"]
+
+
+@pytest.fixture(scope="module")
+def qs(tmp_path_factory):
+    return quickstart_folder(tflite_artifacts(tmp_path_factory), tmp_path_factory.mktemp("fleet") / "quickstart-out")
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    f = Fleet(tmp_path_factory.mktemp("fleet_procs"))
+    try:
+        f.serve()
+        f.join("nuc", "intel-cpu")
+        f.join("pi", "arm-cpu")
+        yield f
+    finally:
+        f.stop()
+
+
+def run(*args, timeout=300):
+    import subprocess
+
+    return subprocess.run([EXE, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_status_lists_devices(fleet):
+    r = run("fleet", "status", fleet.address, "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    by_name = {d["name"]: d for d in data["devices"]}
+    assert set(by_name) == {"nuc", "pi"}
+    assert by_name["nuc"]["profiles"] == ["intel-cpu"] and by_name["pi"]["profiles"] == ["arm-cpu"]
+    assert by_name["nuc"]["busy"] is False and by_name["nuc"]["profiles_detected"] is False
+    assert by_name["pi"]["edge_sdk"] == edge_sdk.__version__ and by_name["pi"]["host"]["machine"]
+    assert by_name["pi"]["runtimes"]["onnxruntime"]
+    text = run("fleet", "status", fleet.address)
+    assert text.returncode == 0 and "nuc" in text.stdout and "idle" in text.stdout
+
+
+def test_bench_fleet_one_report_right_rows(fleet, qs, tmp_path):
+    j, md = tmp_path / "r.json", tmp_path / "r.md"
+    r = run("bench", str(qs), "--fleet", fleet.address, *FAST, "--json", str(j), "--markdown", str(md))
+    assert r.returncode == 0, r.stdout + r.stderr
+    data = json.loads(j.read_text())
+    assert data["schema_version"] == 1 and data["tool"] == "edge-sdk bench --fleet" and data["failed"] == []
+    rows = {res["name"]: res for res in data["results"]}
+    assert set(rows) == {"quickstart-out/intel-cpu@nuc", "quickstart-out/arm-cpu@pi"}
+    intel, arm = rows["quickstart-out/intel-cpu@nuc"], rows["quickstart-out/arm-cpu@pi"]
+    assert intel["device"]["name"] == "nuc" and intel["device"]["profiles"] == ["intel-cpu"]
+    assert arm["device"]["name"] == "pi" and arm["device"]["profiles"] == ["arm-cpu"]
+    assert intel["profile"] == "intel-cpu" and intel["backend"] == "openvino/CPU"
+    assert arm["profile"] == "arm-cpu" and arm["backend"].startswith("litert/")
+    for res in (intel, arm):  # the local schema, measured on the device with the options given
+        assert res["runs"] == 20 and res["warmup"] == 2 and res["latency_ms"]["count"] == 20
+        assert res["device"]["attempt"] == 1 and res["device"]["host"]["machine"] and res["device"]["edge_sdk"]
+    assert {s["name"] for s in data["skipped"]} == {f"quickstart-out/{p}" for p in ("intel-npu", "jetson-orin", "coral-edgetpu")}
+    assert all("no device in the fleet is tagged" in s["reason"] for s in data["skipped"])
+    assert "Fleet: tcp://127.0.0.1" in md.read_text() and "quickstart-out/arm-cpu@pi" in md.read_text()
+    assert "-> nuc (attempt 1)" in r.stderr and "-> pi (attempt 1)" in r.stderr
+
+
+def test_python_api_and_devices_by_name(fleet, qs):
+    report = edge_sdk.fleet.bench(qs, fleet.address, devices="pi", runs=5, warmup=0, power="none")
+    assert [r.name for r in report.results] == ["quickstart-out/arm-cpu@pi"]
+    assert report.results[0].device["name"] == "pi" and report.to_dict()["results"][0]["device"]["name"] == "pi"
+    with pytest.raises(edge_sdk.errors.InputValidationError, match="no device named"):
+        edge_sdk.fleet.bench(qs, fleet.address, devices="nope", runs=5)
+
+
+def test_gate_failure_on_a_device_exits_9_with_report(fleet, qs, tmp_path):
+    j = tmp_path / "r.json"
+    r = run("bench", str(qs / "intel-cpu"), "--fleet", fleet.address, *FAST, "--fail-if", "p50_ms>0", "--json", str(j))
+    assert r.returncode == 9, r.stderr
+    data = json.loads(j.read_text())
+    assert data["gates"]["failed"] and data["gates"]["failed"][0].startswith("intel-cpu@nuc: p50_ms")
+
+
+def test_tampered_artifact_refused_before_sending(fleet, qs, tmp_path):
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(qs / "intel-cpu", bad)
+    (bad / "model.bin").write_bytes(b"\x00" + (bad / "model.bin").read_bytes()[1:])
+    r = run("bench", str(bad), "--fleet", fleet.address, *FAST)
+    assert r.returncode == 4 and "sha256" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_killed_device_fails_and_is_retried_on_another(tmp_path, qs):
+    f = Fleet(tmp_path)
+    try:
+        f.serve()
+        f.join("nuc-a", "intel-cpu")
+        f.join("nuc-b", "intel-cpu")
+        events: list[str] = []
+        out: dict = {}
+
+        def go():
+            try:
+                out["report"] = edge_sdk.fleet.bench(qs / "intel-cpu", f.address, devices="one", duration_s=5.0,
+                                                     warmup=2, power="none", progress=events.append)
+            except BaseException as exc:  # noqa: BLE001 - re-raised below
+                out["error"] = exc
+
+        t = threading.Thread(target=go)
+        t.start()
+        deadline = time.monotonic() + 60
+        while not any("(attempt 1)" in e for e in events):
+            assert time.monotonic() < deadline and t.is_alive(), (events, out)
+            time.sleep(0.1)
+        first = next(e for e in events if "(attempt 1)" in e).split("-> ")[1].split(" ")[0]
+        time.sleep(2.0)  # the bench child is inside its 5 s timed loop
+        f.kill(first)
+        t.join(timeout=120)
+        assert not t.is_alive() and "error" not in out, out
+        report = out["report"]
+        other = ({"nuc-a", "nuc-b"} - {first}).pop()
+        (failed,) = report.failed
+        assert failed["device"]["name"] == first and failed["retried"] is True and failed["attempt"] == 1
+        assert "left the fleet during the run" in failed["reason"]
+        (row,) = report.results  # nothing counted twice
+        assert row.device["name"] == other and row.device["attempt"] == 2 and row.name == f"intel-cpu@{other}"
+        assert row.latency_ms["count"] > 0 and report.to_dict()["failed"] == [failed]
+    finally:
+        f.stop()
+
+
+def test_killed_device_with_devices_all_is_a_failed_row_and_exit_10(tmp_path, qs):
+    f = Fleet(tmp_path)
+    try:
+        f.serve()
+        f.join("nuc-a", "intel-cpu")
+        import subprocess
+
+        j = tmp_path / "r.json"
+        proc = subprocess.Popen([EXE, "bench", str(qs / "intel-cpu"), "--fleet", f.address, "--duration", "5",
+                                 "--power", "none", "--json", str(j)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        time.sleep(1.0)
+        deadline = time.monotonic() + 30
+        while True:  # wait until the device runs it
+            st = run("fleet", "status", f.address, "--json")
+            if json.loads(st.stdout)["devices"][0]["busy"]:
+                break
+            assert time.monotonic() < deadline, st.stdout
+            time.sleep(0.3)
+        time.sleep(1.5)
+        f.kill("nuc-a")
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 10, err
+        assert "left the fleet during the run" in err and "Traceback" not in err
+        data = json.loads(j.read_text())
+        assert data["results"] == [] and data["failed"][0]["device"]["name"] == "nuc-a"
+        assert data["failed"][0]["retried"] is False
+    finally:
+        f.stop()
+
+
+def test_tls_round_trip_with_fleet_certs(tmp_path, qs):
+    tls = tmp_path / "tls"
+    r = run("fleet", "certs", str(tls))
+    assert r.returncode == 0, r.stderr
+    f = Fleet(tmp_path, tls=tls)
+    try:
+        f.serve()
+        assert "tls://127.0.0.1" in f.log("scheduler")
+        f.join("nuc", "intel-cpu")
+        st = run("fleet", "status", f.address, "--tls", str(tls), "--json")
+        assert st.returncode == 0, st.stderr
+        assert [d["name"] for d in json.loads(st.stdout)["devices"]] == ["nuc"]
+        assert json.loads(st.stdout)["scheduler"].startswith("tls://")
+        j = tmp_path / "r.json"
+        b = run("bench", str(qs / "intel-cpu"), "--fleet", f.address, "--tls", str(tls), *FAST, "--json", str(j))
+        assert b.returncode == 0, b.stderr
+        (row,) = json.loads(j.read_text())["results"]
+        assert row["device"]["name"] == "nuc" and row["device"]["address"].startswith("tls://")
+        # no certificates: refused before connecting; another CA's certificates: no connection
+        plain = run("fleet", "status", f.address)
+        assert plain.returncode == 3 and "no certificates" in plain.stderr
+        other = tmp_path / "other"
+        assert run("fleet", "certs", str(other)).returncode == 0
+        wrong = run("fleet", "status", f.address, "--tls", str(other), "--timeout", "3")
+        assert wrong.returncode == 10 and "cannot reach" in wrong.stderr and "Traceback" not in wrong.stderr
+    finally:
+        f.stop()
