@@ -5,6 +5,7 @@
   model-input pixels, then C class scores in 0..1, as Ultralytics exports it) into
   :class:`Detection` objects, class-aware NMS, boxes mapped back to the original frame's pixels
   through the preprocessing's :class:`~edge_sdk.preprocess.ImageTransform`.
+* :func:`decode_yolov5`: YOLOv5-style ``[1, N, 5 + C]`` (objectness times class score).
 * :class:`Head`: which decoder and its thresholds; ``edge_sdk.load(..., head="yolov8",
   labels=[...])`` attaches one to a model so that ``result.detections`` is filled.
 """
@@ -19,7 +20,9 @@ import numpy as np
 
 from .errors import InputValidationError
 
-HEADS: tuple[str, ...] = ("yolov8", "classifier")
+HEADS: tuple[str, ...] = ("yolov8", "yolov5", "classifier")
+#: Heads that produce ``result.detections``.
+DETECTION_HEADS: tuple[str, ...] = ("yolov8", "yolov5")
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,9 @@ class Head:
     """How to decode a model's outputs.
 
     Attributes:
-        kind: ``yolov8`` (packed ``[1, 4 + C, N]`` boxes and class scores) or ``classifier``.
+        kind: ``yolov8`` (packed ``[1, 4 + C, N]`` boxes and class scores), ``yolov5``
+            (``[1, N, 5 + C]``: boxes, objectness, class scores; score = objectness x class
+            score) or ``classifier`` (labels for :meth:`top_k` only).
         conf: Minimum class score kept (yolov8).
         iou: IoU above which a lower-scored box of the same class is suppressed (yolov8).
         max_det: Most detections returned per frame (yolov8).
@@ -194,13 +199,63 @@ def decode_yolov8(output: Any, head: Head | None = None, *, transform=None,
         return []
     cx, cy, w, h = a[0, keep], a[1, keep], a[2, keep], a[3, keep]
     boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1).astype(np.float64)
-    score, cls = score[keep], cls[keep]
+    return _finish(boxes, score[keep], cls[keep], head, transform, labels)
+
+
+def _finish(boxes: np.ndarray, score: np.ndarray, cls: np.ndarray, head: Head, transform,
+            labels: Sequence[str] | None) -> list[Detection]:
+    """Class-aware NMS, map to the frame, build the detections."""
     kept = nms(boxes, score, head.iou, classes=cls, max_det=head.max_det)
     boxes = boxes[kept]
     if transform is not None:
         boxes = transform.to_frame(boxes, clip=True)
     return [Detection(label_of(int(c), labels), float(sc), tuple(float(v) for v in bx), int(c))  # type: ignore[arg-type]
             for bx, sc, c in zip(boxes, score[kept], cls[kept])]
+
+
+def decode_yolov5(output: Any, head: Head | None = None, *, transform=None,
+                  labels: Sequence[str] | None = None) -> list[Detection]:
+    """Decode a YOLOv5-style output ``[1, N, 5 + C]`` (or ``[1, 5 + C, N]``) into detections.
+
+    Rows are ``cx, cy, w, h`` (model-input pixels), objectness, then C class scores (0..1); a
+    candidate needs objectness >= ``conf``, and its score (objectness x best class score) >= ``conf``.
+
+    Raises:
+        InputValidationError: the output is not shaped like a YOLOv5 head.
+    """
+    head = head or Head(kind="yolov5")
+    a = np.asarray(output)
+    if a.ndim == 3 and a.shape[0] == 1:
+        a = a[0]
+    if a.ndim == 2 and (a.shape[1] < 6 or (a.shape[0] >= 6 and a.shape[1] > a.shape[0])):
+        a = a.T  # [5 + C, N] exports; N is taken as the longer axis
+    if a.ndim != 2 or a.shape[1] < 6:
+        raise InputValidationError(f"A yolov5 head needs an output [1, N, 5 + C]; got {list(np.shape(output))}.",
+                                   "Pick the detection output with Head(output=NAME), or another head.")
+    a = a.astype(np.float32, copy=False)
+    a = a[a[:, 4] >= head.conf]
+    if not len(a):
+        return []
+    cls_scores = a[:, 5:] * a[:, 4:5]
+    cls = cls_scores.argmax(axis=1)
+    score = cls_scores[np.arange(len(a)), cls]
+    keep = score >= head.conf
+    cx, cy, w, h = a[keep, 0], a[keep, 1], a[keep, 2], a[keep, 3]
+    boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1).astype(np.float64)
+    return _finish(boxes, score[keep], cls[keep], head, transform, labels)
+
+
+def decode(output: Any, head: Head, *, transform=None, labels: Sequence[str] | None = None) -> list[Detection]:
+    """Decode with the decoder ``head.kind`` names (``yolov8`` or ``yolov5``).
+
+    Raises:
+        InputValidationError: not a detection head, or the output does not fit it.
+    """
+    if head.kind == "yolov8":
+        return decode_yolov8(output, head, transform=transform, labels=labels)
+    if head.kind == "yolov5":
+        return decode_yolov5(output, head, transform=transform, labels=labels)
+    raise InputValidationError(f"Head {head.kind!r} does not produce detections.", f"Use one of: {', '.join(DETECTION_HEADS)}.")
 
 
 def top_k(scores: Any, k: int = 5, labels: Sequence[str] | None = None) -> list[TopK]:
@@ -216,5 +271,6 @@ def top_k(scores: Any, k: int = 5, labels: Sequence[str] | None = None) -> list[
     return [TopK(label_of(int(i), labels), float(s[i]), int(i)) for i in idx]
 
 
-__all__ = ["Detection", "HEADS", "Head", "TopK", "as_head", "box_iou", "decode_yolov8", "label_of", "nms",
+__all__ = ["DETECTION_HEADS", "Detection", "HEADS", "Head", "TopK", "as_head", "box_iou", "decode", "decode_yolov5",
+           "decode_yolov8", "label_of", "nms",
            "read_labels", "top_k"]

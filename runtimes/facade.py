@@ -311,12 +311,12 @@ class Model:
         result.transform = transform
         result.timings["preprocess"] = (t1 - t0) * 1e3
         result.timings["total"] += (t1 - t0) * 1e3
-        if self.head is not None and self.head.kind == "yolov8":
-            from edge_sdk.detect import decode_yolov8
+        if self.head is not None and self.head.kind in ("yolov8", "yolov5"):
+            from edge_sdk.detect import decode
 
             t2 = _perf()
             out = result[self.head.output] if self.head.output else next(iter(result.outputs.values()))
-            result._detections = decode_yolov8(out, self.head, transform=transform, labels=self.labels)
+            result._detections = decode(out, self.head, transform=transform, labels=self.labels)
             result.timings["postprocess"] = (_perf() - t2) * 1e3
             result.timings["total"] += result.timings["postprocess"]
         return result
@@ -446,7 +446,8 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
             ``EDGE_SDK_CRASH_GUARD=0`` or the user config file turns it off.
         verified_cache: The crash guard's cache folder (default ``~/.cache/edge-sdk/verified``).
         head: Decode the outputs in :meth:`Model.infer_image`: ``"yolov8"`` (packed ``[1, 4 + C, N]``
-            boxes and scores; fills ``result.detections`` in frame pixels) or an
+            boxes and scores) or ``"yolov5"`` (``[1, N, 5 + C]`` with objectness) fill
+            ``result.detections`` in frame pixels; or an
             :class:`edge_sdk.detect.Head` with thresholds; ``"classifier"`` only attaches labels.
         labels: Class names (a list, or a text file with one per line) for detections and
             ``result.top_k()``.

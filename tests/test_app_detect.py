@@ -201,3 +201,23 @@ def test_labels_file_and_head_object_at_load(artifact, tmp_path):
         assert all(d.score >= 0.99 for d in strict_model.infer_image(frame).detections)
     with pytest.raises(InputValidationError, match="head= must be"):
         edge_sdk.load(artifact, head=3)
+
+
+def test_decode_yolov5_objectness_times_class_score():
+    from edge_sdk.detect import decode, decode_yolov5
+
+    rows = np.array([[50, 50, 20, 40, 0.9, 0.8, 0.1],    # score 0.72, class 0
+                     [51, 50, 20, 40, 0.8, 0.9, 0.1],    # 0.72 too, same class, overlaps -> suppressed (higher index)
+                     [50, 50, 20, 40, 0.2, 0.0, 1.0],    # objectness below conf: dropped before the class score
+                     [150, 90, 10, 10, 0.5, 0.1, 0.6]],  # score 0.30, class 1
+                    np.float32)[None]
+    head = Head("yolov5", conf=0.25, iou=0.45)
+    dets = decode_yolov5(rows, head, labels=["cat", "dog"])
+    assert [(d.label, round(d.score, 4), d.box) for d in dets] == [("cat", 0.72, (40.0, 30.0, 60.0, 70.0)),
+                                                                   ("dog", 0.3, (145.0, 85.0, 155.0, 95.0))]
+    assert decode(rows.transpose(0, 2, 1), head) == decode_yolov5(rows, head)  # [1, 5 + C, N] exports
+    assert decode_yolov5(rows, Head("yolov5", conf=0.95)) == []
+    with pytest.raises(InputValidationError, match="does not produce detections"):
+        decode(rows, Head("classifier"))
+    with pytest.raises(InputValidationError, match=r"\[1, N, 5 \+ C\]"):
+        decode_yolov5(np.zeros((1, 4, 5)))
