@@ -97,19 +97,21 @@ _LUT_GU, _LUT_BU = -0.391 * (_C - 128.0), 2.018 * (_C - 128.0)
 def _yuv_to_rgb(y: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """BT.601 limited range (float64, rounded half to even); ``u``/``v`` at half resolution both ways.
 
-    Each chroma sample is looked up once and broadcast over its 2x2 block of luma samples.
+    Each chroma sample is looked up once and broadcast over its 2x2 block of luma samples; the
+    planes are computed contiguously (strided writes into HxWx3 cost 4x more) and interleaved as uint8.
     """
     h, w = y.shape
     yf = _LUT_Y[y.reshape(h // 2, 2, w // 2, 2)]
     uu, vv = u[:, None, :, None], v[:, None, :, None]
-    out = np.empty((h // 2, 2, w // 2, 2, 3), np.float64)
-    np.add(yf, _LUT_RV[vv], out=out[..., 0])
-    np.add(yf, _LUT_GV[vv], out=out[..., 1])
-    out[..., 1] += _LUT_GU[uu]
-    np.add(yf, _LUT_BU[uu], out=out[..., 2])
-    np.rint(out, out=out)
-    np.clip(out, 0, 255, out=out)
-    return out.astype(np.uint8).reshape(h, w, 3)
+    planes = np.empty((3, h // 2, 2, w // 2, 2), np.float64)
+    np.add(yf, _LUT_RV[vv], out=planes[0])
+    np.add(yf, _LUT_GV[vv], out=planes[1])
+    planes[1] += _LUT_GU[uu]
+    np.add(yf, _LUT_BU[uu], out=planes[2])
+    np.rint(planes, out=planes)
+    np.maximum(planes, 0.0, out=planes)
+    np.minimum(planes, 255.0, out=planes)
+    return np.ascontiguousarray(planes.astype(np.uint8).reshape(3, h, w).transpose(1, 2, 0))
 
 
 def nv12_to_rgb(frame: np.ndarray) -> np.ndarray:
