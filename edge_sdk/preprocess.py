@@ -260,6 +260,39 @@ class ImageTransform:
         return out
 
 
+    def map_to_frame(self, plane: Any, *, nearest: bool = False) -> np.ndarray:
+        """Resize a 2-D map over the model input (a mask, heatmap, score map) to the original frame.
+
+        The map may have the input's resolution or a lower one covering the same area (a stride-4
+        heatmap); the part that covers the original image (inside letterbox padding; the crop of
+        a centre crop is padded with 0 outside) is cut out and resized to ``frame_size``.
+
+        Args:
+            plane: ``[h, w]`` float or integer array.
+            nearest: Nearest-neighbour resampling (class-index masks); default bilinear.
+
+        Returns:
+            float32 ``[frame_height, frame_width]``.
+
+        Raises:
+            InputValidationError: not a 2-D array.
+        """
+        from PIL import Image
+
+        a = np.asarray(plane)
+        if a.ndim != 2 or a.size == 0:
+            raise InputValidationError(f"map_to_frame needs a non-empty 2-D map, got shape {list(a.shape)}.",
+                                       "Pass one channel, e.g. mask[0, k] of a [1, K, H, W] output.")
+        a = a.astype(np.float32)
+        fx, fy = a.shape[1] / self.input_size[0], a.shape[0] / self.input_size[1]  # map pixels per input pixel
+        # the original image's area in input pixels, then in map pixels
+        x1, y1, x2, y2 = self.to_input([0.0, 0.0, float(self.frame_size[0]), float(self.frame_size[1])])
+        box = (x1 * fx, y1 * fy, x2 * fx, y2 * fy)
+        img = Image.fromarray(a, mode="F")
+        out = img.transform(self.frame_size, Image.EXTENT, box, Image.NEAREST if nearest else Image.BILINEAR)
+        return np.asarray(out, dtype=np.float32)
+
+
 #: ``reducing_gap`` of the fast resize path (PIL first shrinks by an integer factor with a box
 #: filter while the remaining factor stays above this gap, then resamples): chosen by
 #: measurement, see docs/architecture.md.

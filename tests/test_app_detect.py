@@ -221,3 +221,29 @@ def test_decode_yolov5_objectness_times_class_score():
         decode(rows, Head("classifier"))
     with pytest.raises(InputValidationError, match=r"\[1, N, 5 \+ C\]"):
         decode_yolov5(np.zeros((1, 4, 5)))
+
+
+def test_masks_map_back_to_the_frame():
+    """A mask over the letterboxed input (full or quarter resolution) is resized back onto the frame's pixels."""
+    frame = np.zeros((480, 640, 3), np.uint8)
+    frame[50:250, 100:300] = 255
+    spec = pp.from_dict({"size": [128, 128], "resize": "letterbox", "layout": "NHWC", "scale": 1.0, "pad_value": 0})
+    x, t = pp.apply_with_transform(frame, spec)
+    mask = (x[0, :, :, 0] > 128).astype(np.float32)  # what a perfect segmenter of the white box returns
+    back = t.map_to_frame(mask, nearest=True)
+    assert back.shape == (480, 640) and back.dtype == np.float32
+    np.testing.assert_array_equal(back > 0.5, frame[:, :, 0] > 0)
+    quarter = np.zeros((32, 32), np.float32)
+    quarter[7:16, 5:15] = 1.0  # input rows 28..64, cols 20..60
+    ys, xs = np.nonzero(t.map_to_frame(quarter, nearest=True) > 0.5)
+    assert (xs.min(), xs.max() + 1, ys.min(), ys.max() + 1) == (100, 300, 60, 240)
+    soft = t.map_to_frame(mask)  # bilinear keeps values in range
+    assert 0.0 <= soft.min() and soft.max() <= 1.0
+    crop = pp.from_dict({"size": [64, 64], "resize": "center-crop", "layout": "NHWC", "scale": 1.0})
+    _, tc = pp.apply_with_transform(frame, crop)
+    ones = tc.map_to_frame(np.ones((64, 64), np.float32), nearest=True)
+    cols = np.nonzero(ones[240] > 0.5)[0]
+    x1, _, x2, _ = tc.to_frame([0, 0, 64, 64])  # the crop's area in the frame (75.3..557.2: integer crop offsets)
+    assert abs(cols.min() - x1) <= 1 and abs(cols.max() + 1 - x2) <= 1 and ones[240, :70].max() == 0  # outside: 0
+    with pytest.raises(InputValidationError, match="2-D map"):
+        t.map_to_frame(np.zeros((1, 4, 4)))

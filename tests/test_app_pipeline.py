@@ -124,3 +124,14 @@ def test_camera_example_runs_offline():
     body = src.split("def detect_loop")[1].split('"""')[2].split("\n\n\ndef ")[0]
     lines = [ln for ln in body.splitlines() if ln.strip() and not ln.strip().startswith("#")]
     assert len(lines) <= 12, lines
+
+
+def test_pipeline_on_openvino_is_identical(tmp_path_factory):
+    """OpenVINO runs one infer request per thread: concurrent frames, results identical to the sync loop."""
+    arts = ra.onnx_artifacts(tmp_path_factory)
+    frames = bgr_frames(10, seed=7, shape=(24, 32, 3))
+    with edge_sdk.load(arts["intel-cpu"]) as model:
+        assert model.backend.startswith("openvino/") and model._runner.thread_safe
+        sync = [model.infer_image(f, color="bgr") for f in frames]
+        for s, p in zip(sync, model.pipeline(frames, max_in_flight=4, color="bgr")):
+            same(s, p)
