@@ -40,14 +40,28 @@ from .errors import ConversionError
 @click.option("--allow-accuracy-drop", is_flag=True, help="Write the artifact even if the accuracy gate fails.")
 @click.option("--force", is_flag=True, help="Replace existing artifact folders.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
+@click.option("--fleet", "fleet_address", metavar="ADDRESS",
+              help="Convert on the fleet's devices tagged `convert` instead of here (docs/fleet.md).")
+@click.option("--tls", "tls_dir", type=click.Path(file_okay=False), help="With --fleet: the `edge-sdk fleet certs` folder.")
+@click.option("--insecure", is_flag=True, help="With --fleet: allow plain TCP to a non-loopback scheduler.")
 def convert(model, profiles, out, calib, validation, calib_count, input_shapes, preprocess, outputs, metric, recover,
-            recover_budget, float_nodes, calib_method, allow_accuracy_drop, force, as_json):
+            recover_budget, float_nodes, calib_method, allow_accuracy_drop, force, as_json, fleet_address, tls_dir,
+            insecure):
     """Convert MODEL (ONNX, SavedModel, .keras/.h5, float .tflite) into one artifact per --profile.
 
     Every profile is attempted; each format is judged by the accuracy gate and published on its
     own. The run ends with a profile x format table; it exits 6 if something could not be
     converted, 7 if a gate failed (the other profiles and formats are still published).
     """
+    if fleet_address:
+        _fleet_convert(model, profiles, out, calib, validation, calib_count, input_shapes, preprocess, outputs, metric,
+                       recover, recover_budget, float_nodes, calib_method, allow_accuracy_drop, force, as_json,
+                       fleet_address, tls_dir, insecure)
+        return
+    if tls_dir or insecure:
+        from .errors import InputValidationError
+
+        raise InputValidationError("--tls and --insecure only apply with --fleet ADDRESS.")
     from .converters.pipeline import convert as run_convert
 
     try:
@@ -75,3 +89,28 @@ def _print_summary(summary) -> None:
             click.echo(f"{p.profile}: {p.folder} (gate {p.gate}; {', '.join(p.files)})")
         else:
             click.echo(f"{p.profile}: not written" + (f" ({p.error})" if p.error else ""))
+
+
+def _fleet_convert(model, profiles, out, calib, validation, calib_count, input_shapes, preprocess, outputs, metric,
+                   recover, recover_budget, float_nodes, calib_method, allow_accuracy_drop, force, as_json,
+                   address, tls_dir, insecure) -> None:
+    """``convert --fleet``: the same options, run on the fleet's `convert` devices (edge_sdk.fleet.convert)."""
+    from .errors import InputValidationError
+    from .fleet.conversion import convert as fleet_convert, raise_if_failed
+
+    if metric:
+        raise InputValidationError("--metric is not supported with --fleet (it would send code to the devices).",
+                                   "Run the conversion with --metric locally.")
+    summary, failed = fleet_convert(model, list(profiles), out, address, tls=tls_dir, insecure=insecure, calib=calib,
+                                    validation=validation, calib_count=calib_count, input_shapes=list(input_shapes),
+                                    preprocess=preprocess, outputs=list(outputs), recover=recover,
+                                    recover_budget=recover_budget, float_nodes=list(float_nodes),
+                                    calib_method=calib_method, allow_accuracy_drop=allow_accuracy_drop, force=force,
+                                    progress=lambda line: click.echo(line, err=True))
+    if as_json:
+        emit_json({**summary.to_dict(), "fleet_failed": failed})
+    else:
+        for line in summary.table():
+            click.echo(line, err=True)
+        _print_summary(summary)
+    raise_if_failed(summary, failed)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -197,5 +198,53 @@ def test_tls_round_trip_with_fleet_certs(tmp_path, qs):
         assert run("fleet", "certs", str(other)).returncode == 0
         wrong = run("fleet", "status", f.address, "--tls", str(other), "--timeout", "3")
         assert wrong.returncode == 10 and "cannot reach" in wrong.stderr and "Traceback" not in wrong.stderr
+    finally:
+        f.stop()
+
+
+DIGITS = Path(__file__).resolve().parents[1] / "examples" / "digits"
+
+
+def _model_hashes(folder: Path) -> dict[str, str]:
+    data = json.loads((folder / "manifest.json").read_text())
+    return {f["path"]: f["sha256"] for f in data["artifacts"]}
+
+
+def test_convert_fleet_matches_local_convert(fleet, tmp_path):
+    """The bundled model through `convert --fleet` on a `convert` device: the same model files as locally."""
+    fleet.join("builder", "convert")
+    common = ["--profile", "intel-cpu", "--calib", str(DIGITS / "calib"), "--val", str(DIGITS / "val"),
+              "--preprocess", str(DIGITS / "preprocess.json")]
+    r = run("convert", str(DIGITS / "digits_cnn.onnx"), *common, "--out", str(tmp_path / "fleet"), "--fleet",
+            fleet.address, "--json")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    (prof,) = summary["profiles"]
+    assert prof["published"] and prof["gate"] == "passed" and prof["folder"] == str(tmp_path / "fleet" / "intel-cpu")
+    assert "converted on fleet device 'builder'" in prof["warnings"] and summary["fleet_failed"] == []
+    assert "intel-cpu -> builder (attempt 1)" in r.stderr
+    loc = run("convert", str(DIGITS / "digits_cnn.onnx"), *common, "--out", str(tmp_path / "local"))
+    assert loc.returncode == 0, loc.stderr
+    remote, local = _model_hashes(tmp_path / "fleet" / "intel-cpu"), _model_hashes(tmp_path / "local" / "intel-cpu")
+    assert remote == local and {"model.xml", "model.bin"} <= set(remote)
+    v = run("verify", str(tmp_path / "fleet" / "intel-cpu"))  # the gathered folder loads like a local one
+    assert v.returncode == 0, v.stdout + v.stderr
+    again = run("convert", str(DIGITS / "digits_cnn.onnx"), *common, "--out", str(tmp_path / "fleet"), "--fleet",
+                fleet.address)
+    assert again.returncode == 3 and "already exists" in again.stderr
+
+
+def test_convert_fleet_needs_a_convert_device_and_no_metric(tmp_path, qs):
+    f = Fleet(tmp_path)
+    try:
+        f.serve()
+        f.join("nuc", "intel-cpu")
+        r = run("convert", str(DIGITS / "digits_cnn.onnx"), "--profile", "intel-cpu", "--calib", "random",
+                "--out", str(tmp_path / "o"), "--fleet", f.address)
+        assert r.returncode == 10 and "no device in the fleet is tagged 'convert'" in r.stderr
+        m = run("convert", str(DIGITS / "digits_cnn.onnx"), "--profile", "intel-cpu", "--calib", "random",
+                "--out", str(tmp_path / "o"), "--fleet", f.address, "--metric", "x.py:f")
+        assert m.returncode == 3 and "--metric is not supported with --fleet" in m.stderr
+        assert not (tmp_path / "o").exists()
     finally:
         f.stop()

@@ -4,7 +4,8 @@
 every device runs ``edge-sdk fleet join ADDRESS`` (a Dask worker tagged with the profiles it
 runs natively), and ``edge-sdk bench OUT --fleet ADDRESS`` or :func:`bench` sends each artifact
 folder (bytes + sha256) to the devices of its profile, benches it there in a fresh process and
-gathers one report. Plain TCP only on loopback; mutual TLS (``edge-sdk fleet certs``) otherwise.
+gathers one report; ``convert --fleet`` / :func:`convert` farms (model x profile) conversions to
+devices tagged ``convert`` and publishes the folders here atomically. Plain TCP only on loopback; mutual TLS (``edge-sdk fleet certs``) otherwise.
 See docs/fleet.md.
 
 Importing this package does not import Dask; the functions do, and raise
@@ -14,8 +15,9 @@ Importing this package does not import Dask; the functions do, and raise
 from __future__ import annotations
 
 from .client import FleetReport, FleetResult, bench, connect, devices, status
+from .conversion import convert
 from .node import FleetError, join, serve
 from .security import Address, check_transport, make_certs, parse_address
 
-__all__ = ["Address", "FleetError", "FleetReport", "FleetResult", "bench", "check_transport", "connect", "devices",
+__all__ = ["Address", "FleetError", "FleetReport", "FleetResult", "bench", "check_transport", "connect", "convert", "devices",
            "join", "make_certs", "parse_address", "serve", "status"]

@@ -291,7 +291,7 @@ def bench(artifacts: str | Path | Iterable[str | Path], address: str, *, devices
 
         for key in payloads:
             payloads[key] = pack_folder(key)
-        results, failed, gates_failed, gates_checked = [], [], [], list(fail_if)
+        results, gates_failed, gates_checked = [], [], list(fail_if)
         warnings: list[str] = []
 
         def submit(job: _Job) -> None:
@@ -300,53 +300,74 @@ def bench(artifacts: str | Path | Iterable[str | Path], address: str, *, devices
                                        task_timeout_s, key=f"edge-sdk-bench-{uuid.uuid4().hex}",
                                        workers=[dev["address"]], allow_other_workers=False,
                                        resources={BENCH_SLOT: 1, job.profile: 1}, pure=False, retries=0)
-            say(f"{job.name} -> {dev['name']} (attempt {job.attempt})")
 
-        def fail(job: _Job, reason: str) -> None:
-            dev = job.candidates.pop(0)
-            again = job.retry and bool(job.candidates)
-            failed.append({"name": f"{job.name}@{dev['name']}", "artifact": str(job.folder), "profile": job.profile,
-                           "device": {k: dev[k] for k in ("name", "address", "profiles")}, "reason": reason,
-                           "attempt": job.attempt, "retried": again})
-            say(f"{job.name} on {dev['name']}: FAILED: {reason}")
-            if again:
-                job.attempt += 1
-                submit(job)
-            else:
-                job.future = None
+        def take(job: _Job, dev: dict, out: dict) -> None:
+            _take(job, dev, out, results, gates_failed, gates_checked, warnings)
 
-        for job in jobs:
-            submit(job)
-        pending = list(jobs)
-        while pending:
-            time.sleep(0.2)
-            alive = set(client.scheduler_info(n_workers=-1)["workers"])
-            for job in list(pending):
-                fut, dev = job.future, job.candidates[0]
-                if fut.status == "finished":
-                    out = fut.result()
-                    if out["ok"]:
-                        _take(job, dev, out, results, gates_failed, gates_checked, warnings)
-                        say(f"{job.name} on {dev['name']}: done")
-                        job.future = None
-                    else:
-                        fail(job, out["reason"])
-                elif fut.status in ("error", "cancelled"):
-                    exc = fut.exception() if fut.status == "error" else None
-                    fail(job, f"the task failed on the device: {type(exc).__name__}: {exc}" if exc
-                         else "the task was cancelled")
-                elif dev["address"] not in alive:
-                    fut.cancel()
-                    fail(job, f"device '{dev['name']}' left the fleet during the run (worker lost: killed, "
-                              "crashed or disconnected)")
-                if job.future is None:
-                    pending.remove(job)
+        failed = drive(client, jobs, submit, take, say)
+        results.sort(key=lambda r: r.name)
         env = {"fleet": {"scheduler": client.scheduler.address, "devices": fleet, "devices_option": devices
                          if isinstance(devices, str) else list(devices)},
                "host": {}, "warnings": warnings}
         return FleetReport(results, env, skipped, gates_checked, gates_failed, failed=failed)
     finally:
         client.close()
+
+
+def drive(client, jobs: list[_Job], submit, take, say) -> list[dict[str, Any]]:
+    """Run jobs to the end: each pinned to its first candidate device; returns the failed rows.
+
+    ``submit(job)`` sets ``job.future`` for ``job.candidates[0]``; ``take(job, device, out)`` records
+    a task's ``{"ok": True, ...}`` result. A task that returns ``{"ok": False, "reason"}``, errs,
+    or whose device leaves the fleet becomes a failed row; a job with ``retry`` set is then
+    submitted again (new key) to its next candidate.
+    """
+    failed: list[dict[str, Any]] = []
+
+    def send(job: _Job) -> None:
+        submit(job)
+        say(f"{job.name} -> {job.candidates[0]['name']} (attempt {job.attempt})")
+
+    def fail(job: _Job, reason: str) -> None:
+        dev = job.candidates.pop(0)
+        again = job.retry and bool(job.candidates)
+        failed.append({"name": f"{job.name}@{dev['name']}", "artifact": str(job.folder), "profile": job.profile,
+                       "device": {k: dev[k] for k in ("name", "address", "profiles")}, "reason": reason,
+                       "attempt": job.attempt, "retried": again})
+        say(f"{job.name} on {dev['name']}: FAILED: {reason}")
+        if again:
+            job.attempt += 1
+            send(job)
+        else:
+            job.future = None
+
+    for job in jobs:
+        send(job)
+    pending = list(jobs)
+    while pending:
+        time.sleep(0.2)
+        alive = set(client.scheduler_info(n_workers=-1)["workers"])
+        for job in list(pending):
+            fut, dev = job.future, job.candidates[0]
+            if fut.status == "finished":
+                out = fut.result()
+                if out["ok"]:
+                    take(job, dev, out)
+                    say(f"{job.name} on {dev['name']}: done")
+                    job.future = None
+                else:
+                    fail(job, out["reason"])
+            elif fut.status in ("error", "cancelled"):
+                exc = fut.exception() if fut.status == "error" else None
+                fail(job, f"the task failed on the device: {type(exc).__name__}: {exc}" if exc
+                     else "the task was cancelled")
+            elif dev["address"] not in alive:
+                fut.cancel()
+                fail(job, f"device '{dev['name']}' left the fleet during the run (worker lost: killed, "
+                          "crashed or disconnected)")
+            if job.future is None:
+                pending.remove(job)
+    return failed
 
 
 def _take(job: _Job, dev: dict, out: dict, results: list, gates_failed: list, gates_checked: list,

@@ -141,3 +141,71 @@ def _device_block() -> dict[str, Any]:
     w = get_worker()
     tags = sorted(k for k in (w.state.total_resources or {}) if k != "bench")
     return {"name": str(w.name), "address": w.address, "profiles": tags}
+
+
+def pack_path(path: str | os.PathLike) -> dict[str, Any]:
+    """A file or a folder as :func:`pack_folder`'s payload (a file: one entry, ``"file": True``)."""
+    p = Path(path)
+    if p.is_dir():
+        return dict(pack_folder(p), file=False)
+    data = p.read_bytes()
+    return {"name": p.name, "files": {p.name: data}, "sha256": {p.name: hashlib.sha256(data).hexdigest()}, "file": True}
+
+
+def unpack_path(payload: dict[str, Any], dest: Path) -> Path:
+    """Write :func:`pack_path`'s payload under ``dest`` (hashes checked); returns the file or folder."""
+    dest.mkdir(parents=True, exist_ok=True)
+    folder = unpack_folder(payload, dest)
+    return folder / next(iter(payload["files"])) if payload.get("file") else folder
+
+
+def convert_task(inputs: dict[str, dict[str, Any]], profile: str, cli_args: list[str],
+                 timeout_s: float | None = None) -> dict[str, Any]:
+    """Convert the model in ``inputs`` for ``profile`` on this device with ``edge-sdk convert`` in a child.
+
+    Args:
+        inputs: ``{"model": payload, "calib": payload, "val": payload, "preprocess": payload}``
+            (:func:`pack_path`; only ``model`` is required). Option values ``@calib`` etc. in
+            ``cli_args`` are replaced by the unpacked paths.
+        profile: The built-in profile name.
+        cli_args: The other ``edge-sdk convert`` options.
+        timeout_s: Kill the conversion after this long.
+
+    Returns:
+        ``{"ok": True, "summary": dict|None, "rc", "folder": packed artifact folder|None, "log",
+        "device"}`` or ``{"ok": False, "reason", "device"}``.
+    """
+    from edge_sdk.errors import EdgeSDKError
+
+    device = _device_block()
+    tmp = Path(tempfile.mkdtemp(prefix="edge-sdk-fleet-convert-"))
+    try:
+        try:
+            paths = {key: unpack_path(payload, tmp / "in" / key) for key, payload in inputs.items()}
+        except EdgeSDKError as exc:
+            return {"ok": False, "reason": f"refused on the device: {exc.message}", "device": device}
+        args = [str(paths[a[1:]]) if a.startswith("@") and a[1:] in paths else a for a in cli_args]
+        out = tmp / "out"
+        cmd = [sys.executable, "-c", CHILD, "convert", str(paths["model"]), "--profile", profile, "--out", str(out),
+               "--json", *args]
+        preexec = _die_with_parent if sys.platform.startswith("linux") else None
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=tmp, preexec_fn=preexec,
+                                  env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        except subprocess.TimeoutExpired:
+            return {"ok": False, "reason": f"the conversion did not finish within {timeout_s:g} s", "device": device}
+        try:
+            summary = json.loads(proc.stdout) if proc.stdout.strip() else None
+        except ValueError:
+            summary = None
+        if proc.returncode not in (0, 6, 7) or (summary is None and proc.returncode != 0):
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+            return {"ok": False, "device": device,
+                    "reason": f"edge-sdk convert exited {proc.returncode} on the device: " + " / ".join(tail)}
+        from edge_sdk.manifest import find_profile_folders
+
+        folder = find_profile_folders(out).get(profile)
+        return {"ok": True, "rc": proc.returncode, "summary": summary, "device": device,
+                "folder": pack_folder(folder) if folder else None, "log": proc.stderr[-20000:]}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
