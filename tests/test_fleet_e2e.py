@@ -248,3 +248,22 @@ def test_convert_fleet_needs_a_convert_device_and_no_metric(tmp_path, qs):
         assert not (tmp_path / "o").exists()
     finally:
         f.stop()
+
+
+def test_join_without_profiles_uses_doctors_probe(tmp_path):
+    """No --profiles: the tags are the profiles `edge-sdk doctor` says run natively here (+ convert)."""
+    doc = run("doctor", "--json")
+    assert doc.returncode == 0, doc.stderr
+    native = sorted(p["profile"] for p in json.loads(doc.stdout)["profiles"] if p["status"] == "native")
+    from edge_sdk.fleet.node import can_convert
+
+    f = Fleet(tmp_path)
+    try:
+        f.serve()
+        f._start("auto", ["fleet", "join", f.address, "--name", "auto"], "as 'auto'")
+        st = run("fleet", "status", f.address, "--json")
+        (dev,) = json.loads(st.stdout)["devices"]
+        assert dev["profiles"] == sorted(native + (["convert"] if can_convert() else []))
+        assert dev["profiles_detected"] is True
+    finally:
+        f.stop()
