@@ -270,14 +270,16 @@ def bench(artifacts: str | Path | Iterable[str | Path], address: str, *, devices
                 raise InputValidationError(f"no device named {', '.join(sorted(unknown))} in the fleet.",
                                            "Devices: " + (", ".join(d["name"] for d in fleet) or "none joined"))
         jobs: list[_Job] = []
+        load = {d["address"]: d["tasks"] for d in fleet}  # spread --devices one over the devices of a tag
         for name, folder, prof in targets:
             cands = [d for d in fleet if prof in d["profiles"] and (names is None or d["name"] in names)]
             if not cands:
                 skipped.append({"name": name, "path": str(folder), "refused": False,
                                 "reason": f"no device in the fleet is tagged '{prof}'"})
                 continue
-            cands.sort(key=lambda d: d["tasks"])
+            cands.sort(key=lambda d: load[d["address"]])
             if mode == "one":
+                load[cands[0]["address"]] += 1
                 jobs.append(_Job(name, folder, prof, cands, retry=True))
             else:
                 jobs += [_Job(name, folder, prof, [d]) for d in cands]
@@ -296,7 +298,8 @@ def bench(artifacts: str | Path | Iterable[str | Path], address: str, *, devices
 
         def submit(job: _Job) -> None:
             dev = job.candidates[0]
-            job.future = client.submit(bench_task, payloads[str(job.folder)], cli_args, key_bytes or None,
+            data = place(client, payloads[str(job.folder)], dev)
+            job.future = client.submit(bench_task, data, cli_args, key_bytes or None,
                                        task_timeout_s, key=f"edge-sdk-bench-{uuid.uuid4().hex}",
                                        workers=[dev["address"]], allow_other_workers=False,
                                        resources={BENCH_SLOT: 1, job.profile: 1}, pure=False, retries=0)
@@ -314,6 +317,11 @@ def bench(artifacts: str | Path | Iterable[str | Path], address: str, *, devices
         client.close()
 
 
+def place(client, payload: dict[str, Any], dev: dict[str, Any]):
+    """Send a payload straight to the device that will use it (not kept in the scheduler's task graph)."""
+    return client.scatter([payload], workers=[dev["address"]], hash=False)[0]
+
+
 def drive(client, jobs: list[_Job], submit, take, say) -> list[dict[str, Any]]:
     """Run jobs to the end: each pinned to its first candidate device; returns the failed rows.
 
@@ -325,8 +333,12 @@ def drive(client, jobs: list[_Job], submit, take, say) -> list[dict[str, Any]]:
     failed: list[dict[str, Any]] = []
 
     def send(job: _Job) -> None:
-        submit(job)
         say(f"{job.name} -> {job.candidates[0]['name']} (attempt {job.attempt})")
+        try:
+            submit(job)
+        except (OSError, TimeoutError, ValueError) as exc:  # e.g. the device left while the data was sent
+            job.future = None
+            fail(job, f"could not send the task to device '{job.candidates[0]['name']}': {type(exc).__name__}: {exc}")
 
     def fail(job: _Job, reason: str) -> None:
         dev = job.candidates.pop(0)
@@ -343,7 +355,7 @@ def drive(client, jobs: list[_Job], submit, take, say) -> list[dict[str, Any]]:
 
     for job in jobs:
         send(job)
-    pending = list(jobs)
+    pending = [j for j in jobs if j.future is not None]
     while pending:
         time.sleep(0.2)
         alive = set(client.scheduler_info(n_workers=-1)["workers"])
@@ -357,14 +369,14 @@ def drive(client, jobs: list[_Job], submit, take, say) -> list[dict[str, Any]]:
                     job.future = None
                 else:
                     fail(job, out["reason"])
+            elif dev["address"] not in alive:  # checked before "error": a lost device also loses its inputs
+                fut.cancel()
+                fail(job, f"device '{dev['name']}' left the fleet during the run (worker lost: killed, "
+                          "crashed or disconnected)")
             elif fut.status in ("error", "cancelled"):
                 exc = fut.exception() if fut.status == "error" else None
                 fail(job, f"the task failed on the device: {type(exc).__name__}: {exc}" if exc
                      else "the task was cancelled")
-            elif dev["address"] not in alive:
-                fut.cancel()
-                fail(job, f"device '{dev['name']}' left the fleet during the run (worker lost: killed, "
-                          "crashed or disconnected)")
             if job.future is None:
                 pending.remove(job)
     return failed

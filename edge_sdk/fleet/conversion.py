@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 from edge_sdk.errors import ConversionError, InputValidationError
 
-from .client import _Job, connect, drive, list_devices
+from .client import _Job, connect, drive, list_devices, place
 from .node import BENCH_SLOT, CONVERT_TAG, FleetError, _dask_require
 from .security import check_transport, parse_address
 
@@ -111,7 +111,7 @@ def convert(model: str | Path, profiles: str | Iterable[str], out: str | Path, a
 
         def submit(job: _Job) -> None:
             dev = job.candidates[0]
-            job.future = client.submit(convert_task, inputs, job.name, args, task_timeout_s,
+            job.future = client.submit(convert_task, place(client, inputs, dev), job.name, args, task_timeout_s,
                                        key=f"edge-sdk-convert-{uuid.uuid4().hex}", workers=[dev["address"]],
                                        allow_other_workers=False, resources={BENCH_SLOT: 1, CONVERT_TAG: 1},
                                        pure=False, retries=0)

@@ -73,7 +73,8 @@ def serve(addr: Address, tls_dir: str | None = None, *, dashboard_port: int = 87
     Args:
         addr: Where to listen (already checked by :func:`~edge_sdk.fleet.security.check_transport`).
         tls_dir: Certificates folder (mutual TLS), or None for plain TCP.
-        dashboard_port: Dask's dashboard port (only when ``bokeh`` is installed; 0: none).
+        dashboard_port: Dask's dashboard port (only when ``bokeh`` is installed; 0: none). It is plain
+            HTTP, so it listens on loopback unless the scheduler does.
         ready: Called with the listening address once the scheduler is up.
 
     Raises:
@@ -91,7 +92,9 @@ def serve(addr: Address, tls_dir: str | None = None, *, dashboard_port: int = 87
         kwargs: dict[str, Any] = dict(host=addr.host, port=addr.port, protocol=addr.scheme, security=sec,
                                       dashboard=with_dashboard)
         if with_dashboard:
-            kwargs["dashboard_address"] = f"{Address('tcp', addr.host, dashboard_port).url[6:]}"
+            # the dashboard is plain HTTP: on loopback unless the scheduler itself is (ssh -L to view it)
+            dash_host = addr.host if addr.loopback else "127.0.0.1"
+            kwargs["dashboard_address"] = f"{Address('tcp', dash_host, dashboard_port).url[6:]}"
         try:
             sched = await Scheduler(**kwargs)
         except OSError as exc:
