@@ -55,6 +55,12 @@ def test_status_lists_devices(fleet):
     assert text.returncode == 0 and "nuc" in text.stdout and "idle" in text.stdout
 
 
+def test_join_with_a_taken_name_is_one_line(fleet):
+    r = run("fleet", "join", fleet.address, "--name", "nuc", "--profiles", "intel-cpu", "--timeout", "10", timeout=60)
+    assert r.returncode == 10 and "a device named 'nuc' is already in it" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
 def test_bench_fleet_one_report_right_rows(fleet, qs, tmp_path):
     j, md = tmp_path / "r.json", tmp_path / "r.md"
     r = run("bench", str(qs), "--fleet", fleet.address, *FAST, "--json", str(j), "--markdown", str(md))

@@ -89,7 +89,7 @@ def connect(address: str | Address, tls: str | None = None, insecure: bool = Fal
     try:
         return Client(addr.url, security=security(tls, "client"), timeout=timeout_s, set_as_default=False)
     except (OSError, TimeoutError) as exc:
-        raise FleetError(f"cannot reach the fleet scheduler at {addr.url}: {exc or type(exc).__name__}.",
+        raise FleetError(f"cannot reach the fleet scheduler at {addr.url}: {str(exc).rstrip('.') or type(exc).__name__}.",
                          "Is `edge-sdk fleet serve` running there, and is --tls the same CA's certificates?") from None
 
 

@@ -147,12 +147,18 @@ def join(addr: Address, tls_dir: str | None = None, *, name: str | None = None, 
         try:
             worker = await Worker(addr.url, **kwargs)
         except (OSError, asyncio.TimeoutError, TimeoutError) as exc:
-            raise FleetError(f"cannot join the fleet at {addr.url}: {exc or type(exc).__name__}.",
+            raise FleetError(f"cannot join the fleet at {addr.url}: {str(exc).rstrip('.') or type(exc).__name__}.",
                              "Is `edge-sdk fleet serve` running there, and do both sides use the same TLS "
                              "certificates (--tls)?") from None
-        except ValueError as exc:  # Dask refuses a second worker of the same name
-            raise FleetError(f"cannot join the fleet at {addr.url} as '{name}': {exc}.",
-                             "Every device needs its own --name.") from None
+        except (ValueError, RuntimeError) as exc:  # Dask wraps the scheduler's refusal ("name taken, NAME")
+            cause = exc.__cause__ or exc
+            if "name taken" in str(cause):
+                raise FleetError(f"cannot join the fleet at {addr.url}: a device named '{name}' is already in it.",
+                                 "Every device needs its own --name.") from None
+            raise FleetError(f"cannot join the fleet at {addr.url}: {type(cause).__name__}: "
+                             f"{str(cause).rstrip('.')}.",
+                             "Is `edge-sdk fleet serve` running there, and do both sides use the same TLS "
+                             "certificates (--tls)?") from None
         await worker.scheduler.set_metadata(keys=[META_KEY, name], value=facts)
         if ready:
             ready(name, tags)
