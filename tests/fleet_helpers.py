@@ -34,10 +34,11 @@ class Fleet:
         scheme = "tls" if tls else "tcp"
         self.address = f"{scheme}://127.0.0.1:{self.port}"
 
-    def _start(self, name: str, args: list[str], ready: str, timeout: float = 90.0) -> subprocess.Popen:
+    def _start(self, name: str, args: list[str], ready: str, timeout: float = 90.0,
+               env: dict | None = None) -> subprocess.Popen:
         log = open(self.tmp / f"{name}.log", "w+")
         proc = subprocess.Popen([EXE, *args], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                                env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})))
         self.procs[name] = proc
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -55,10 +56,10 @@ class Fleet:
                     "fleet scheduler at")
         return self
 
-    def join(self, name: str, profiles: str) -> subprocess.Popen:
+    def join(self, name: str, profiles: str, env: dict | None = None) -> subprocess.Popen:
         tls = ["--tls", str(self.tls)] if self.tls else []
         return self._start(name, ["fleet", "join", self.address, "--name", name, "--profiles", profiles, *tls],
-                           f"as '{name}'")
+                           f"as '{name}'", env=env)
 
     def kill(self, name: str) -> None:
         """SIGKILL a member and everything it started (a device dying mid-run)."""

@@ -273,3 +273,30 @@ def test_join_without_profiles_uses_doctors_probe(tmp_path):
         assert dev["profiles_detected"] is True
     finally:
         f.stop()
+
+
+def test_device_policy_requires_signed_artifacts(tmp_path, qs):
+    """A device whose config file trusts a key refuses unsigned artifacts from any client (a failed row)."""
+    import shutil
+
+    assert run("keygen", "--out", str(tmp_path / "owner")).returncode == 0
+    cfg = tmp_path / "device.toml"
+    cfg.write_text(f'[trust]\ntrusted_keys = ["{tmp_path / "owner.pub"}"]\n')
+    f = Fleet(tmp_path)
+    try:
+        f.serve()
+        f.join("locked", "intel-cpu", env={"EDGE_SDK_CONFIG": str(cfg)})
+        j = tmp_path / "r.json"
+        r = run("bench", str(qs / "intel-cpu"), "--fleet", f.address, *FAST, "--json", str(j))
+        assert r.returncode == 10, r.stderr
+        (failed,) = json.loads(j.read_text())["failed"]
+        assert failed["device"]["name"] == "locked" and failed["reason"].startswith("refused on the device:")
+        assert "sign" in failed["reason"].lower()
+        signed = tmp_path / "signed"
+        shutil.copytree(qs / "intel-cpu", signed)
+        assert run("sign", str(signed), "--key", str(tmp_path / "owner.key")).returncode == 0
+        ok = run("bench", str(signed), "--fleet", f.address, *FAST, "--json", str(j))
+        assert ok.returncode == 0, ok.stderr
+        assert [r["device"]["name"] for r in json.loads(j.read_text())["results"]] == ["locked"]
+    finally:
+        f.stop()
