@@ -31,7 +31,7 @@ def benchmark(artifacts: str | Path | Iterable[str | Path], *, runs: int = 100, 
               image: str | None = None, backend: str | None = None, device: str | None = None,
               fail_if: Iterable[str] = (), sample_interval_s: float = 0.02, verify: bool = True,
               progress: Progress | None = None, allow_external_delegates: Iterable[str] | None = None,
-              trusted_keys: Iterable | None = None, crash_guard: bool | None = None) -> BenchReport:
+              trusted_keys: Iterable | None = None, crash_guard: bool | None = None, ops: bool = False) -> BenchReport:
     """Benchmark one or more artifacts on this device.
 
     Args:
@@ -58,6 +58,8 @@ def benchmark(artifacts: str | Path | Iterable[str | Path], *, runs: int = 100, 
         crash_guard: Trial-load each model file in a child process first (see ``edge_sdk.load``;
             None: on unless turned off by ``EDGE_SDK_CRASH_GUARD=0`` or the config file), so an
             artifact that crashes the runtime is reported, not the end of the run.
+        ops: Also profile each artifact per operator with its runtime's own profiler
+            (``result.ops``; see :mod:`edge_sdk.bench.ops`).
 
     Returns:
         The :class:`BenchReport` (results in argument order; skipped profiles with reasons).
@@ -76,7 +78,7 @@ def benchmark(artifacts: str | Path | Iterable[str | Path], *, runs: int = 100, 
                       power=power, idle_s=idle_s, image=image, backend=backend, device=device,
                       sample_interval_s=sample_interval_s, verify=verify, crash_guard=crash_guard,
                       allow_external_delegates=policy.allow_external_delegates,
-                      trusted_keys=policy.trusted_keys).check()
+                      trusted_keys=policy.trusted_keys, ops=ops).check()
     gates = [parse_gate(g) for g in fail_if]
     if image is not None:
         load_image(image)  # a bad --image fails now, not after the first artifact's measurements

@@ -1,4 +1,5 @@
-"""PNG plot of a benchmark: latency histogram, latency over the run, power over the run.
+"""PNG plot of a benchmark: latency histogram, latency over the run, power over the run, and
+with ``bench --ops`` the most expensive operators.
 
 matplotlib is an optional extra (``pip install "edge-sdk[plot]"``) imported only here, only
 when a plot is asked for, with the non-interactive Agg backend (devices have no display).
@@ -32,7 +33,8 @@ def write_plot(report: BenchReport, path: str | Path) -> Path:
     mpl.use("Agg")
     plt = require("matplotlib.pyplot", "bench --plot", extra="plot")
     with_power = [r for r in report.results if r.power.get("available") and r.power.get("series")]
-    rows = 3 if with_power else 2
+    with_ops = [r for r in report.results if r.ops and r.ops.get("timed") and r.ops.get("rows")]
+    rows = 2 + (1 if with_power else 0) + len(with_ops)
     fig, axes = plt.subplots(rows, 1, figsize=(9, 3.2 * rows))
     try:
         hist, series = axes[0], axes[1]
@@ -53,6 +55,14 @@ def write_plot(report: BenchReport, path: str | Path) -> Path:
                     pw.axhline(r.power["idle_w"], ls=":", lw=0.8, color=pw.lines[-1].get_color())
             pw.set(title="Power over the timed window (dotted: idle)", xlabel="s", ylabel="W")
             pw.legend(fontsize=8)
+        for k, r in enumerate(with_ops):  # bench --ops: the 15 most expensive ops, time share
+            ax = axes[rows - len(with_ops) + k]
+            top = sorted(r.ops["rows"], key=lambda row: -(row["time_ms"] or 0.0))[:15][::-1]
+            ax.barh([f"{row['type']} {row['name'][:28]} ({row['precision'] or '-'})" for row in top],
+                    [100 * (row["share"] or 0.0) for row in top],
+                    color=["tab:red" if row["flags"] else "tab:blue" for row in top])
+            ax.set(title=f"Per-op time share, {r.name} (red: reformat/fallback)", xlabel="% of op time")
+            ax.tick_params(axis="y", labelsize=7)
         fig.tight_layout()
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=100)

@@ -64,6 +64,8 @@ class BenchResult:
     samples_ms: list[float] = field(default_factory=list)
     #: ``samples_ms`` keeps every n-th run of very long runs (1: all of them).
     samples_stride: int = 1
+    #: ``bench --ops``: the per-operator profile (:class:`edge_sdk.bench.ops.OpProfile` as a dict).
+    ops: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -196,6 +198,13 @@ def to_markdown(report: BenchReport) -> str:
                          "its slow path here, chosen so the numbers are the ones the gate checked. "
                          "`backend_options.onnxruntime.x86_u8_activations = true` in the manifest selects the faster "
                          "x86 default whose results differ.")
+    for r in results:
+        if r.get("ops"):
+            from .ops import OpProfile, OpRow, to_lines
+
+            d = dict(r["ops"])
+            prof = OpProfile(**{**d, "rows": [OpRow(**row) for row in d["rows"]]})
+            lines += ["", f"Per-op profile, {r['name']}:", "```", *to_lines(prof), "```"]
     for s in report.skipped:
         lines.append(f"- {'REFUSED' if s.get('refused') else 'skipped'} {s['name']}: {s['reason']}")
     for f in report.gates_failed:

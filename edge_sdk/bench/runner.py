@@ -56,6 +56,7 @@ class BenchConfig:
         crash_guard: Trial-load the model in a child process first (None: the default of ``load``).
         allow_external_delegates: Delegate libraries a chain may load (passed to ``load``).
         trusted_keys: Keys the manifest must be signed by (passed to ``load``).
+        ops: Also take a per-operator profile (a separate profiling session after the timed loop).
     """
 
     runs: int = 100
@@ -74,6 +75,7 @@ class BenchConfig:
     crash_guard: bool | None = None
     allow_external_delegates: tuple[str, ...] = ()
     trusted_keys: tuple = ()
+    ops: bool = False
 
     def check(self) -> "BenchConfig":
         """Raises InputValidationError naming the first bad option."""
@@ -204,6 +206,10 @@ def run_one(target: Target, cfg: BenchConfig, progress: Progress | None = None) 
             result = _measure(model, target, cfg, model.manifest, monitor, mem, load_ms, progress)
             # Without the reset, VmHWM is the whole process's peak (earlier artifacts included).
             result.runtime["peak_rss_scope"] = "this artifact" if peak_reset else "process lifetime"
+            if cfg.ops:  # after the timed loop: the profiler's own cost never touches those numbers
+                from .ops import profile
+
+                result.ops = profile(model, runs=max(5, min(cfg.runs, 50)), p50_ms=result.latency_ms["p50"]).to_dict()
             return result
         finally:
             model.close()
