@@ -129,8 +129,8 @@ def bench(artifacts, profile, runs, warmup, duration, threads, strict, power, in
 
         require("matplotlib", "bench --plot", extra="plot")
     if fleet_address:
-        if image or allow_delegates or ops:
-            raise InputValidationError("--image, --ops and --allow-external-delegate are not supported with --fleet.",
+        if allow_delegates:
+            raise InputValidationError("--allow-external-delegate is not supported with --fleet.",
                                        "A device's delegate allow list is its own config file (docs/fleet.md).")
         from .cli_fleet import run_fleet_bench
 
@@ -138,7 +138,8 @@ def bench(artifacts, profile, runs, warmup, duration, threads, strict, power, in
                         profile=profile, runs=runs, warmup=warmup, duration_s=duration, threads=threads, strict=strict,
                         power=power, idle_s=idle_s, backend=backend, device=device, fail_if=fail_if,
                         sample_interval_s=interval_ms / 1000.0, verify=not no_verify,
-                        crash_guard=False if no_crash_guard else None, trusted_keys=list(keys) if keys else None)
+                        crash_guard=False if no_crash_guard else None, trusted_keys=list(keys) if keys else None,
+                        image=image, ops=ops)
         return
     if tls_dir or insecure or devices != "all":
         raise InputValidationError("--devices, --tls and --insecure only apply with --fleet ADDRESS.")

@@ -91,6 +91,20 @@ def test_python_api_and_devices_by_name(fleet, qs):
         edge_sdk.fleet.bench(qs, fleet.address, devices="nope", runs=5)
 
 
+def test_image_and_ops_travel_to_the_device(fleet, qs, tmp_path):
+    """--image (sent with the artifact) and --ops run on the device like a local bench."""
+    j = tmp_path / "r.json"
+    img = Path(__file__).resolve().parents[1] / "examples" / "digits" / "val" / "0000.png"
+    r = run("bench", str(qs / "intel-cpu"), "--fleet", fleet.address, *FAST, "--image", str(img), "--ops",
+            "--json", str(j))
+    assert r.returncode == 0, r.stderr
+    (row,) = json.loads(j.read_text())["results"]
+    assert row["end_to_end"] is True and row["device"]["name"] == "nuc"
+    assert row["ops"] and row["ops"].get("rows") is not None
+    bad = run("bench", str(qs / "intel-cpu"), "--fleet", fleet.address, "--image", str(tmp_path / "none.png"))
+    assert bad.returncode == 3 and "--image" in bad.stderr
+
+
 def test_gate_failure_on_a_device_exits_9_with_report(fleet, qs, tmp_path):
     j = tmp_path / "r.json"
     r = run("bench", str(qs / "intel-cpu"), "--fleet", fleet.address, *FAST, "--fail-if", "p50_ms>0", "--json", str(j))

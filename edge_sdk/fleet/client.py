@@ -136,7 +136,7 @@ class _Job:
 def bench_cli_args(*, runs: int = 100, warmup: int = 10, duration_s: float | None = None, threads: int | None = None,
                    strict: bool = False, power: str = "auto", idle_s: float = 0.0, backend: str | None = None,
                    device: str | None = None, fail_if: Iterable[str] = (), sample_interval_s: float = 0.02,
-                   verify: bool = True, crash_guard: bool | None = None) -> list[str]:
+                   verify: bool = True, crash_guard: bool | None = None, ops: bool = False) -> list[str]:
     """The ``edge-sdk bench`` options a device runs with (the same as a local bench's)."""
     args = ["--runs", str(runs), "--warmup", str(warmup), "--power", power,
             "--interval-ms", repr(sample_interval_s * 1000.0), "--idle", repr(idle_s)]
@@ -156,6 +156,8 @@ def bench_cli_args(*, runs: int = 100, warmup: int = 10, duration_s: float | Non
         args.append("--no-verify")
     if crash_guard is False:
         args.append("--no-crash-guard")
+    if ops:
+        args.append("--ops")
     return args
 
 
@@ -217,8 +219,9 @@ def bench(artifacts: str | Path | Iterable[str | Path], address: str, *, devices
           warmup: int = 10, duration_s: float | None = None, threads: int | None = None, strict: bool = False,
           power: str = "auto", idle_s: float = 0.0, backend: str | None = None, device: str | None = None,
           fail_if: Iterable[str] = (), sample_interval_s: float = 0.02, verify: bool = True,
-          crash_guard: bool | None = None, trusted_keys: Iterable | None = None, timeout_s: float = 10.0,
-          task_timeout_s: float | None = 3600.0, progress=None) -> FleetReport:
+          crash_guard: bool | None = None, trusted_keys: Iterable | None = None, image: str | None = None,
+          ops: bool = False,
+          timeout_s: float = 10.0, task_timeout_s: float | None = 3600.0, progress=None) -> FleetReport:
     """Benchmark artifacts on the devices of a fleet; one report with a row per device x artifact.
 
     Args:
@@ -234,6 +237,8 @@ def bench(artifacts: str | Path | Iterable[str | Path], address: str, *, devices
         sample_interval_s, verify, crash_guard: As for :func:`edge_sdk.benchmark`; each device runs
             ``edge-sdk bench`` with them in a fresh process.
         trusted_keys: Public key files a signature is required by (checked here and on the device).
+        image: Time preprocessing of this image plus inference (sent to the devices with the artifact).
+        ops: Also profile per operator on each device (``result.ops``, as ``bench --ops``).
         timeout_s: Connecting to the scheduler.
         task_timeout_s: One device's bench of one artifact.
         progress: Called with one line of text per event (task sent, finished, failed).
@@ -255,11 +260,20 @@ def bench(artifacts: str | Path | Iterable[str | Path], address: str, *, devices
     for g in fail_if:
         parse_gate(g)
     mode, names = _parse_devices(devices)
+    image_payload = None
+    if image is not None:
+        from edge_sdk.bench.runner import load_image
+
+        from .tasks import pack_path
+
+        load_image(image)  # a bad --image fails here, before anything is sent
+        image_payload = pack_path(image)
     key_bytes = [Path(k).read_bytes() if isinstance(k, (str, Path)) else k for k in (trusted_keys or [])]
     targets, skipped = _targets(list(artifacts), profile, verify, key_bytes or None)
     cli_args = bench_cli_args(runs=runs, warmup=warmup, duration_s=duration_s, threads=threads, strict=strict,
                               power=power, idle_s=idle_s, backend=backend, device=device, fail_if=fail_if,
-                              sample_interval_s=sample_interval_s, verify=verify, crash_guard=crash_guard)
+                              sample_interval_s=sample_interval_s, verify=verify, crash_guard=crash_guard,
+                              ops=ops)
     say = progress or (lambda line: None)
     client = connect(addr, tls, insecure, timeout_s)
     try:
@@ -300,7 +314,7 @@ def bench(artifacts: str | Path | Iterable[str | Path], address: str, *, devices
             dev = job.candidates[0]
             data = place(client, payloads[str(job.folder)], dev)
             job.future = client.submit(bench_task, data, cli_args, key_bytes or None,
-                                       task_timeout_s, key=f"edge-sdk-bench-{uuid.uuid4().hex}",
+                                       task_timeout_s, image_payload, key=f"edge-sdk-bench-{uuid.uuid4().hex}",
                                        workers=[dev["address"]], allow_other_workers=False,
                                        resources={BENCH_SLOT: 1, job.profile: 1}, pure=False, retries=0)
 

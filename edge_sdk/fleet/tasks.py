@@ -91,7 +91,7 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
 
 
 def bench_task(payload: dict[str, Any], cli_args: list[str], trusted_keys: list[bytes] | None = None,
-               timeout_s: float | None = None) -> dict[str, Any]:
+               timeout_s: float | None = None, image: dict[str, Any] | None = None) -> dict[str, Any]:
     """Bench one artifact folder on this device; returns ``{"ok", "report"|"reason", "device"}``.
 
     Args:
@@ -100,6 +100,7 @@ def bench_task(payload: dict[str, Any], cli_args: list[str], trusted_keys: list[
         trusted_keys: Public keys (bytes) the client requires a signature by, checked in
             addition to the device's own policy.
         timeout_s: Kill the bench child after this long.
+        image: :func:`pack_path` of an image for ``--image`` (end-to-end timing), or None.
     """
     from edge_sdk.errors import EdgeSDKError
     from edge_sdk.trust import Policy, check_artifact
@@ -112,6 +113,8 @@ def bench_task(payload: dict[str, Any], cli_args: list[str], trusted_keys: list[
             check_artifact(folder, verify=True, policy=Policy.resolve())  # the device's own policy
             if trusted_keys:
                 check_artifact(folder, verify=True, policy=Policy.resolve(None, list(trusted_keys)))
+            if image is not None:
+                cli_args = [*cli_args, "--image", str(unpack_path(image, tmp / "image"))]
         except EdgeSDKError as exc:
             return {"ok": False, "reason": f"refused on the device: {exc.message}", "device": device}
         out = tmp / "report.json"
