@@ -154,8 +154,26 @@ def float_form(job: ConvertJob) -> Converted:
     if key not in shared:
         route: Callable[[ConvertJob], Converted] = ROUTES.get(job.source.format)
         job.log(f"{job.source.format} -> float TFLite")
-        shared[key] = route(job)
+        shared[key] = _delegate_friendly(job, route(job))
     return shared[key]
+
+
+def _delegate_friendly(job: ConvertJob, form: Converted) -> Converted:
+    """Rewrite ops XNNPACK does not take in int8 into ops it does (exact in float): today PRELU.
+
+    ``options.tflite_decompose_prelu = false`` keeps them (the int8 model then runs them on LiteRT's
+    own kernels, between delegate partitions).
+    """
+    from .tflite_native import decompose_prelu
+
+    if not job.options.get("tflite_decompose_prelu", True):
+        return form
+    model, n = decompose_prelu(form.model)
+    if n:
+        job.log(f"PRELU x{n} -> relu(x) + alpha * (x - relu(x)) (XNNPACK runs those in int8, not PRELU)")
+        form.model = model
+        form.route += f" -> PRELU decomposed for XNNPACK (x{n})"
+    return form
 
 
 def _stats(job: ConvertJob, form: Converted) -> dict:

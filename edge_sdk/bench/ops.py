@@ -245,28 +245,90 @@ def _ort_precision(op_type: str, out_type: str | None) -> str | None:
     return _precision(out_type)
 
 
+def not_delegated(ops: list[dict], graph_inputs: set[int], graph_outputs: set[int]) -> set[int]:
+    """Indices of the original ops a delegate did not take, from the node list alone.
+
+    LiteRT lists every original op plus one ``DELEGATE`` op per partition, and its Python API does
+    not say which originals a partition replaced. A partition's inputs are tensors made outside it
+    and its outputs the tensors it makes for the outside, so an op is outside every partition when it
+    makes a partition input or a graph output no partition makes, reads a graph input or a partition
+    output no partition reads, or exchanges a tensor with an op already known to be outside (that
+    tensor would otherwise cross a partition's boundary). Propagated to a fixpoint.
+    """
+    delegates = [o for o in ops if o.get("op_name") == "DELEGATE"]
+    if not delegates:
+        return set()
+    d_in = {int(t) for o in delegates for t in o.get("inputs", []) if int(t) >= 0}
+    d_out = {int(t) for o in delegates for t in o.get("outputs", []) if int(t) >= 0}
+    orig = [o for o in ops if o.get("op_name") != "DELEGATE"]
+    producer = {int(t): int(o["index"]) for o in orig for t in o.get("outputs", []) if int(t) >= 0}
+    consumers: dict[int, list[int]] = {}
+    for o in orig:
+        for t in o.get("inputs", []):
+            if int(t) >= 0:
+                consumers.setdefault(int(t), []).append(int(o["index"]))
+    outside: set[int] = set()
+    for o in orig:
+        outs = {int(t) for t in o.get("outputs", []) if int(t) >= 0}
+        ins = {int(t) for t in o.get("inputs", []) if int(t) >= 0}
+        if (outs & d_in) - d_out or (outs & graph_outputs) - d_out or (ins & graph_inputs) - d_in:
+            outside.add(int(o["index"]))
+    changed = True
+    while changed:
+        changed = False
+        for o in orig:
+            i = int(o["index"])
+            if i in outside:
+                continue
+            outs = [int(t) for t in o.get("outputs", []) if int(t) >= 0]
+            ins = [int(t) for t in o.get("inputs", []) if int(t) >= 0]
+            if any(t not in d_out and any(c in outside for c in consumers.get(t, [])) for t in outs) or \
+                    any(t not in d_in and producer.get(t) in outside for t in ins):
+                outside.add(i)
+                changed = True
+    return outside
+
+
 def profile_litert(cfg, interpreter) -> OpProfile:
-    """LiteRT: ops and the precision of their results; no per-op times from its Python API."""
+    """LiteRT: ops, the precision of their results, and which ones the delegate left to LiteRT's own
+    kernels; no per-op times (its Python API has no op timer)."""
     ops = interpreter._get_ops_details()  # a private API, the only op listing LiteRT's Python API has
     delegate_nodes = [o for o in ops if o.get("op_name") == "DELEGATE"]
     try:
         names = {int(d["index"]): str(d["name"]) for d in interpreter.get_tensor_details()}
     except Exception:  # noqa: BLE001 - informational only
         names = {}
+    g_in = {int(d["index"]) for d in interpreter.get_input_details()}
+    g_out = {int(d["index"]) for d in interpreter.get_output_details()}
+    outside = not_delegated(ops, g_in, g_out)
     rows = []
     for o in ops:
         result = o.get("result_types") or []
         outs = [int(i) for i in o.get("outputs", [])]
         label = names.get(outs[0]) if outs else None
-        rows.append(OpRow(name=f"#{o['index']} {label}" if label else f"#{o['index']}", type=str(o.get("op_name")),
-                          precision=_precision(str(result[0])) if result else None, time_ms=None,
-                          provider="delegate" if o.get("op_name") == "DELEGATE" else None))
+        row = OpRow(name=f"#{o['index']} {label}" if label else f"#{o['index']}", type=str(o.get("op_name")),
+                    precision=_precision(str(result[0])) if result else None, time_ms=None,
+                    provider="delegate" if o.get("op_name") == "DELEGATE" else None)
+        if int(o["index"]) in outside:
+            row.flags.append("not delegated")
+            row.provider = "litert kernels"
+        rows.append(row)
     note = ("LiteRT's Python API has no per-op timer: ops are listed with their result precision, no times "
             "(on the device, LiteRT's benchmark_model --enable_op_profiling=true times them)")
     if delegate_nodes:
-        note += (f"; the {cfg.accelerator} delegate took the graph in {len(delegate_nodes)} partition(s)"
-                 + (": every break between partitions runs on LiteRT's own kernels" if len(delegate_nodes) > 1 else ""))
-    return OpProfile(runtime=f"litert/{cfg.accelerator}", timed=False, rows=rows, runs=0, note=note)
+        note += f"; the {cfg.accelerator} delegate took the graph in {len(delegate_nodes)} partition(s)"
+    p = OpProfile(runtime=f"litert/{cfg.accelerator}", timed=False, rows=rows, runs=0, note=note)
+    if delegate_nodes and outside:
+        left: dict[str, int] = {}
+        for r in rows:
+            if "not delegated" in r.flags:
+                key = f"{r.type} ({r.precision})" if r.precision else r.type
+                left[key] = left.get(key, 0) + 1
+        p.explanation = (f"{len(outside)} of {len(ops) - len(delegate_nodes)} ops run on LiteRT's own kernels, "
+                         f"not {cfg.accelerator}: " + ", ".join(f"{k} x{v}" for k, v in
+                                                                 sorted(left.items(), key=lambda kv: -kv[1])[:6])
+                         + (f"; {len(delegate_nodes)} partitions, each boundary a hand-over" if len(delegate_nodes) > 1 else ""))
+    return p
 
 
 def profile(model: Any, runs: int = 20, p50_ms: float | None = None) -> OpProfile:
@@ -293,8 +355,9 @@ def profile(model: Any, runs: int = 20, p50_ms: float | None = None) -> OpProfil
                          note=f"no op profiler wired for {backend} (TensorRT: trtexec --dumpProfile on the device)",
                          explanation=None)
     p.p50_ms = p50_ms
+    untimed_reason = p.explanation
     _finish(p, int8_artifact, cfg.accelerator if backend == "onnxruntime" else None)
-    p.explanation = explain(p, int8_artifact, runner.details)
+    p.explanation = untimed_reason if not p.timed and untimed_reason else explain(p, int8_artifact, runner.details)
     return p
 
 
