@@ -4,10 +4,24 @@ Accepted forms (see :func:`load_calibration`):
 
 * a folder of images, decoded and preprocessed by :func:`edge_sdk.preprocess.apply`, the same
   function the runtime uses, so the device sees exactly what calibration saw;
-* a ``.npy`` file (one input) or a ``.npz`` file (one array per input name), each ``[N, ...]``;
+* a ``.npy`` file (one input) or a ``.npz`` file (one array per input name);
 * a folder of ``<input name>.npy`` files;
+* a folder of per-sample ``.npz`` files (one sample each, arrays without the sample axis);
+* in Python, any iterable of feed dicts ``{input: array}`` (one sample each);
 * ``"random"``: uniform noise, for a smoke test only; the artifact is marked uncalibrated.
 
+Array shapes, whatever the model's own axes are (``static`` is the input's static shape):
+
+* ``[N, *static]``: a new leading sample axis (a state ``[2, 1, 128]`` is stacked ``[N, 2, 1, 128]``,
+  a scalar ``[]`` is ``[N]``);
+* ``[N, *static[1:]]``: the first axis is the batch, samples stacked along it (``[N*B, ...]`` for a
+  batch of ``B``), as before;
+* streams (``streams=[(output, input)]``): each sample is a sequence. A stepped input is
+  ``[N, T, *static]`` (or ``[N, T, *static[1:]]`` for batch 1); an input that stays the same for the
+  whole sequence is ``[N, *static]``; a state input may be omitted (zeros) or given as its initial
+  value ``[N, *static]``. In a per-sample file or a feed dict the leading ``N`` is left out.
+
+Integer inputs (token ids, masks, a sample rate) are fed as they are: they are never quantized.
 Arrays are read with ``allow_pickle=False``: a calibration file can never run code.
 """
 
@@ -16,6 +30,7 @@ from __future__ import annotations
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -28,7 +43,11 @@ from .base import Feed
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm"}
 #: Samples generated for ``--calib random`` when no count is given.
 RANDOM_DEFAULT_COUNT = 16
+#: Steps of a random sequence (``--calib random`` with a stream).
+RANDOM_STEPS = 4
 SPLIT_SEED = 0
+
+Sequence = list[Feed]
 
 
 @dataclass
@@ -36,13 +55,17 @@ class CalibrationSet:
     """Loaded calibration data, split into calibration and hold-out samples.
 
     Attributes:
-        calib: Feeds used for calibration.
-        holdout: Feeds held back for the accuracy gate.
-        kind: ``images``, ``npy``, ``npz``, ``npy-folder`` or ``random``.
+        calib: Feeds used for calibration (for a stream: every step of every calibration
+            sequence, the state as the float model carried it, after :meth:`carry`).
+        holdout: Feeds held back for the accuracy gate (for a stream: every step, in order).
+        kind: ``images``, ``npy``, ``npz``, ``npy-folder``, ``npz-folder``, ``feeds`` or ``random``.
         calibrated: False for ``random``.
         preprocess: The spec images were turned into inputs with (images only).
         info: What goes into the manifest's ``calibration`` section.
         warnings: Things the user should know.
+        streams: ``(output, input)`` pairs: the output at step t is the input at step t + 1.
+        calib_sequences: Calibration sequences (streams only), the state of step 0 only.
+        holdout_sequences: Hold-out sequences (streams only).
     """
 
     calib: list[Feed]
@@ -52,6 +75,47 @@ class CalibrationSet:
     preprocess: pp.PreprocessSpec | None = None
     info: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    streams: list[tuple[str, str]] = field(default_factory=list)
+    calib_sequences: list[Sequence] = field(default_factory=list)
+    holdout_sequences: list[Sequence] = field(default_factory=list)
+
+    @property
+    def holdout_lengths(self) -> list[int]:
+        """Steps per hold-out sequence (``holdout`` is their concatenation); ``[]`` without streams."""
+        return [len(s) for s in self.holdout_sequences]
+
+    def carry(self, run: Callable[[Feed], dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        """Run every sequence through ``run`` (the float model), carrying each state from step to step.
+
+        Fills ``calib`` and ``holdout`` with every step's feed, its state input being what the float
+        model produced at the step before, so int8 ranges and the gate see real states.
+
+        Returns:
+            The float outputs of every hold-out step, in ``holdout`` order (the gate's reference).
+        """
+        self.calib = [f for seq in self.calib_sequences for f, _ in run_sequence(run, seq, self.streams)]
+        steps = [fo for seq in self.holdout_sequences for fo in run_sequence(run, seq, self.streams)]
+        self.holdout = [f for f, _ in steps]
+        return [o for _, o in steps]
+
+
+def run_sequence(run: Callable[[Feed], dict[str, np.ndarray]], sequence: Sequence,
+                 streams: list[tuple[str, str]]) -> list[tuple[Feed, dict[str, np.ndarray]]]:
+    """Run one sequence step by step, each state input fed from the previous step's output.
+
+    Returns:
+        ``(feed actually given, outputs)`` per step.
+    """
+    done: list[tuple[Feed, dict[str, np.ndarray]]] = []
+    prev: dict[str, np.ndarray] | None = None
+    for step in sequence:
+        feed = dict(step)
+        if prev is not None:
+            for out, inp in streams:
+                feed[inp] = np.asarray(prev[out], dtype=step[inp].dtype).reshape(step[inp].shape)
+        prev = run(feed)
+        done.append((feed, prev))
+    return done
 
 
 def default_preprocess(shape: list[int]) -> pp.PreprocessSpec:
@@ -71,8 +135,9 @@ def _image_samples(folder: Path, inputs: list[TensorSpec], shapes: dict[str, lis
                    spec: pp.PreprocessSpec | None) -> tuple[list[np.ndarray], pp.PreprocessSpec, str]:
     files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
     if not files:
-        raise CalibrationError(f"Calibration folder {folder} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))}) "
-                               "and no .npy files.", "Put representative images (or <input>.npy arrays) in it.")
+        raise CalibrationError(f"Calibration folder {folder} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))}), "
+                               "no .npy and no .npz files.", "Put representative images (or <input>.npy arrays, "
+                               "or one .npz per sample) in it.")
     if spec is not None and spec.input:
         name = spec.input
     elif len(inputs) == 1:
@@ -80,7 +145,7 @@ def _image_samples(folder: Path, inputs: list[TensorSpec], shapes: dict[str, lis
     else:
         raise CalibrationError(
             f"An image folder can feed one input, but the model has {len(inputs)}: {[s.name for s in inputs]}.",
-            "Pass a .npz with one array per input name, or a folder of <input>.npy files.")
+            "Pass a .npz with one array per input name, a folder of <input>.npy files or of per-sample .npz files.")
     if name not in shapes:
         raise CalibrationError(f"Preprocessing names input '{name}', which the model does not have.",
                                f"Inputs: {', '.join(shapes)}")
@@ -126,29 +191,129 @@ def _apply_short_names(arrays: dict[str, np.ndarray], names: list[str]) -> None:
             arrays[match[0]] = arrays.pop(key)
 
 
-def _check_arrays(arrays: dict[str, np.ndarray], inputs: list[TensorSpec], shapes: dict[str, list[int]],
-                  where: str) -> int:
+def _dims(shape) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _accepted(want: list[int], stepped: bool, state: bool, per_sample: bool, batched: bool) -> list[str]:
+    """The shapes an array for an input of static shape ``want`` may have (for error messages)."""
+    n = [] if per_sample else ["N"]
+    forms = []
+    if stepped:
+        forms.append(_dims(n + ["T", *want]))
+        if want and want[0] == 1:
+            forms.append(_dims(n + ["T", *want[1:]]))
+    forms.append(_dims(n + list(want)) + (" (initial state)" if state else " (the same at every step)" if stepped else ""))
+    if not stepped and not per_sample and want and (want[0] == 1 or batched):
+        forms.append(_dims(["N" if want[0] == 1 else f"N*{want[0]}", *want[1:]]) + " (samples along the batch axis)")
+    elif not stepped and per_sample and want and want[0] == 1:
+        forms.append(_dims(want[1:]))
+    return forms
+
+
+def _normalize(arr: np.ndarray, spec: TensorSpec, want: list[int], where: str, stream: bool, state: bool,
+               per_sample: bool) -> tuple[np.ndarray, str]:
+    """``arr`` as ``[N, *want]`` (form ``sample``/``batch``) or ``[N, T, *want]`` (form ``steps``).
+
+    ``per_sample``: ``arr`` has no leading sample axis (a per-sample file or a feed dict).
+    Samples stacked along the first axis (form ``batch``) are taken for a batch of 1, or when the
+    source's first dim is dynamic (a real batch axis); a static first dim such as the 2 layers of
+    a state ``[2, batch, 128]`` is never taken for a batch.
+    """
+    batched = bool(spec.shape) and spec.shape[0] < 0
+    if not isinstance(arr, np.ndarray):
+        arr = np.asarray(arr, dtype=np.dtype(spec.dtype))  # a Python number or list in a feed dict
+    if arr.dtype != np.dtype(spec.dtype):
+        raise CalibrationError(f"{where}: array '{spec.name}' has dtype {arr.dtype}, the input wants {spec.dtype}.",
+                               f"Cast it first, e.g. x.astype(numpy.{spec.dtype}).")
+    a = arr[None] if per_sample else arr
+    shape, w = list(a.shape), list(want)
+    if shape[1:] == w:
+        return a, "sample"
+    if stream and not state:
+        if a.ndim == len(w) + 2 and shape[2:] == w:
+            return a, "steps"
+        if w and w[0] == 1 and a.ndim == len(w) + 1 and shape[2:] == w[1:]:
+            return a.reshape(shape[0], shape[1], *w), "steps"
+    elif not stream and w and (w[0] == 1 or batched) and a.ndim == len(w) and shape[1:] == w[1:]:
+        if per_sample and w[0] == 1:
+            return a.reshape(1, *w), "sample"
+        if not per_sample:
+            return a, "batch"
+    accepted = " or ".join(_accepted(w, stream and not state, state, per_sample, batched))
+    hint = ("Add a leading sample axis before the input's own shape (numpy.stack of the samples); "
+            "scalars become [N]." if not per_sample else "Give one sample per file/dict, without the sample axis.")
+    raise CalibrationError(f"{where}: array '{spec.name}' has shape {_dims(arr.shape)}; expected {accepted} "
+                           f"(the input's static shape is {_dims(w)}).", hint)
+
+
+def _samples(arrays: dict[str, Any], inputs: list[TensorSpec], shapes: dict[str, list[int]], where: str,
+             streams: list[tuple[str, str]], per_sample: bool = False) -> tuple[list, int]:
+    """Check ``arrays`` against the inputs and cut them into samples.
+
+    Returns:
+        (samples, unit): a feed per sample, or a list of step feeds per sample with streams;
+        ``unit`` is how many user samples one feed holds (the batch, when samples were stacked
+        along the batch axis).
+    """
     names = [s.name for s in inputs]
     _apply_short_names(arrays, names)
-    missing, extra = sorted(set(names) - set(arrays)), sorted(set(arrays) - set(names))
+    states = {inp for _, inp in streams}
+    missing, extra = sorted(set(names) - set(arrays) - states), sorted(set(arrays) - set(names))
     if missing or extra:
         raise CalibrationError(f"{where}: arrays {sorted(arrays)} do not match the model inputs {names}"
                                + (f" (missing {missing})" if missing else "") + (f" (unexpected {extra})" if extra else "") + ".",
                                "Name one array per model input, e.g. numpy.savez('calib.npz', **{'input': x}).")
-    count = None
+    norm: dict[str, tuple[np.ndarray, str]] = {}
     for spec in inputs:
-        arr, want = arrays[spec.name], shapes[spec.name]
-        if arr.dtype != np.dtype(spec.dtype):
-            raise CalibrationError(f"{where}: array '{spec.name}' has dtype {arr.dtype}, the input wants {spec.dtype}.",
-                                   f"Cast it first, e.g. x.astype(numpy.{spec.dtype}).")
-        if list(arr.shape[1:]) != list(want[1:]) or arr.ndim != len(want):
-            raise CalibrationError(f"{where}: array '{spec.name}' has shape {list(arr.shape)}; expected [N, {', '.join(map(str, want[1:]))}] "
-                                   f"(the input's static shape is {want}).", "Stack samples along the first axis.")
-        if count is not None and arr.shape[0] != count:
-            raise CalibrationError(f"{where}: arrays have different sample counts ({count} vs {arr.shape[0]} for '{spec.name}').")
-        count = arr.shape[0]
-        check_finite(arr, spec.name, where)
-    return int(count or 0)
+        if spec.name not in arrays:
+            continue
+        a, form = _normalize(arrays[spec.name], spec, shapes[spec.name], where, bool(streams), spec.name in states,
+                             per_sample)
+        check_finite(a, spec.name, where)
+        norm[spec.name] = (a, form)
+    unit = 1
+    for name, (a, form) in list(norm.items()):  # samples stacked along the batch axis -> [N, *want]
+        if form == "batch":
+            b = shapes[name][0]
+            n = a.shape[0] // b
+            norm[name] = (a[:n * b].reshape(n, *shapes[name]), "sample")
+            unit = max(unit, b)
+    counts = {name: a.shape[0] for name, (a, _) in norm.items()}
+    if len(set(counts.values())) > 1:
+        raise CalibrationError(f"{where}: arrays have different sample counts ({counts}).",
+                               "Give every input the same number of samples (the leading axis).")
+    count = next(iter(counts.values()), 0)
+    if not streams:
+        feeds = [{name: _own(a[i]) for name, (a, _) in norm.items()} for i in range(count)]
+        return feeds, unit
+    stepped = {name: a for name, (a, form) in norm.items() if form == "steps"}
+    if not stepped:
+        raise CalibrationError(f"{where}: with a stream every sample is a sequence, but no array has a time axis.",
+                               "Stack the stepped input as [N, T, *shape] (T steps per sequence).")
+    lengths = {name: a.shape[1] for name, a in stepped.items()}
+    if len(set(lengths.values())) > 1:
+        raise CalibrationError(f"{where}: stepped arrays have different sequence lengths ({lengths}).")
+    steps = next(iter(lengths.values()))
+    seqs = []
+    for i in range(count):
+        seq = []
+        for t in range(steps):
+            feed = {}
+            for spec in inputs:
+                if spec.name in norm:
+                    a, form = norm[spec.name]
+                    feed[spec.name] = _own(a[i, t] if form == "steps" else a[i])
+                else:  # a state nobody gave: zeros at the first step
+                    feed[spec.name] = np.zeros(shapes[spec.name], np.dtype(spec.dtype))
+            seq.append(feed)
+        seqs.append(seq)
+    return seqs, 1
+
+
+def _own(x) -> np.ndarray:
+    """A contiguous array of ``x``'s own shape (``numpy.ascontiguousarray`` turns a scalar into ``[1]``)."""
+    return np.array(x, order="C", copy=True)
 
 
 def check_finite(arr: np.ndarray, name: str, where: str) -> None:
@@ -172,122 +337,172 @@ def check_finite(arr: np.ndarray, name: str, where: str) -> None:
         f"sample {first[0]}).", "Fix or drop those samples: int8 calibration needs finite data.")
 
 
-def _batches(arrays: dict[str, np.ndarray], count: int, batch: int) -> list[Feed]:
-    return [{k: np.ascontiguousarray(v[i:i + batch]) for k, v in arrays.items()} for i in range(0, count - batch + 1, batch)]
+def _random(inputs, shapes, n: int, streams) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(SPLIT_SEED)
+    states = {inp for _, inp in streams}
+    arrays = {}
+    for s in inputs:
+        if s.name in states:
+            continue
+        lead = [n, RANDOM_STEPS] if streams else [n]
+        shape = lead + list(shapes[s.name])
+        arrays[s.name] = (rng.uniform(0, 1, shape).astype(s.dtype) if np.dtype(s.dtype).kind == "f"
+                          else np.zeros(shape, s.dtype))
+    if streams and not arrays:
+        raise CalibrationError("--calib random with a stream needs an input that is not a state.")
+    return arrays
 
 
-def _read(calib, inputs, shapes, preprocess, count, batch):
-    """Read calibration data of any accepted form into ``{input: [N, ...]}`` arrays."""
+def _read(calib, inputs, shapes, preprocess, count, streams):
+    """Read calibration data of any accepted form into samples (feeds, or sequences with streams)."""
     warnings: list[str] = []
     spec_used = None
     if isinstance(calib, str) and calib == "random":
         n = count or RANDOM_DEFAULT_COUNT
-        rng = np.random.default_rng(SPLIT_SEED)
-        arrays = {s.name: (rng.uniform(0, 1, [n * batch, *shapes[s.name][1:]]).astype(s.dtype)
-                           if np.dtype(s.dtype).kind == "f" else np.zeros([n * batch, *shapes[s.name][1:]], s.dtype))
-                  for s in inputs}
-        kind, total = "random", n * batch
+        samples, unit = _samples(_random(inputs, shapes, n, streams), inputs, shapes, "random", streams)
         warnings.append("calibrated on random data (--calib random): the int8 ranges and the accuracy numbers are not meaningful")
+        return samples, "random", unit, spec_used, warnings
+    if not isinstance(calib, (str, Path)):
+        return _from_iterable(calib, inputs, shapes, streams) + (spec_used, warnings)
+    path = Path(calib)
+    if not path.exists():
+        raise CalibrationError(f"Calibration data not found: {path}",
+                               "Pass a folder of images, a .npy/.npz file, a folder of per-sample .npz files, "
+                               "or --calib random for a smoke test.")
+    if path.is_dir() and any(path.glob("*.npz")):
+        samples: list = []
+        for f in sorted(path.glob("*.npz")):
+            arrays = _load_array_file(f)
+            samples += _samples(arrays, inputs, shapes, str(f), streams, per_sample=True)[0]  # type: ignore[arg-type]
+        return samples, "npz-folder", 1, spec_used, warnings
+    if path.is_dir() and not any(path.glob("*.npy")):
+        if streams:
+            raise CalibrationError(f"{path}: an image folder cannot feed a stream.",
+                                   "Pass a .npz with [N, T, ...] arrays or a folder of per-sequence .npz files.")
+        images, spec_used, name = _image_samples(path, inputs, shapes, preprocess)
+        if len(inputs) != 1:
+            raise CalibrationError("Image calibration feeds one input; the model has several.")
+        arrays, kind = {name: np.concatenate(images)}, "images"
+    elif path.is_dir():
+        arrays = {p.stem: _load_array_file(p) for p in sorted(path.glob("*.npy"))}
+        for stem, arr in arrays.items():  # name the very file a bad value is in
+            if isinstance(arr, np.ndarray):
+                check_finite(arr, stem, str(path / f"{stem}.npy"))
+        kind = "npy-folder"
+    elif path.suffix.lower() == ".npz":
+        arrays, kind = _load_array_file(path), "npz"
+    elif path.suffix.lower() == ".npy":
+        if len(inputs) != 1:
+            raise CalibrationError(f"A single .npy file can feed one input; the model has {[s.name for s in inputs]}.",
+                                   "Use a .npz with one array per input name.")
+        arrays, kind = {inputs[0].name: _load_array_file(path)}, "npy"
     else:
-        path = Path(calib)
-        if not path.exists():
-            raise CalibrationError(f"Calibration data not found: {path}",
-                                   "Pass a folder of images, a .npy/.npz file, or --calib random for a smoke test.")
-        if path.is_dir() and not any(path.glob("*.npy")):
-            images, spec_used, name = _image_samples(path, inputs, shapes, preprocess)
-            if len(inputs) != 1:
-                raise CalibrationError("Image calibration feeds one input; the model has several.")
-            arrays, kind = {name: np.concatenate(images)}, "images"
-        elif path.is_dir():
-            arrays = {p.stem: _load_array_file(p) for p in sorted(path.glob("*.npy"))}
-            for stem, arr in arrays.items():  # name the very file a bad value is in
-                if isinstance(arr, np.ndarray):
-                    check_finite(arr, stem, str(path / f"{stem}.npy"))
-            kind = "npy-folder"
-        elif path.suffix.lower() == ".npz":
-            arrays, kind = _load_array_file(path), "npz"
-        elif path.suffix.lower() == ".npy":
-            if len(inputs) != 1:
-                raise CalibrationError(f"A single .npy file can feed one input; the model has {[s.name for s in inputs]}.",
-                                       "Use a .npz with one array per input name.")
-            arrays, kind = {inputs[0].name: _load_array_file(path)}, "npy"
-        else:
-            raise CalibrationError(f"Unsupported calibration data {path}.", "Pass a folder of images, a .npy or a .npz file.")
-        total = _check_arrays(arrays, inputs, shapes, str(path))
-    return arrays, kind, total, spec_used, warnings
+        raise CalibrationError(f"Unsupported calibration data {path}.",
+                               "Pass a folder of images, a .npy or a .npz file, or a folder of per-sample .npz files.")
+    samples, unit = _samples(arrays, inputs, shapes, str(path), streams)
+    return samples, kind, unit, spec_used, warnings
+
+
+def _from_iterable(items: Iterable, inputs, shapes, streams) -> tuple[list, str, int]:
+    """Samples from a Python iterable of feed dicts (one sample each; for a stream, ``[T, ...]`` arrays)."""
+    try:
+        it = iter(items)
+    except TypeError:
+        raise CalibrationError(f"Calibration data of type {type(items).__name__} is not understood.",
+                               "Pass a path, 'random', or an iterable of {input name: array} dicts.") from None
+    samples: list = []
+    for i, item in enumerate(it):
+        if not isinstance(item, dict):
+            raise CalibrationError(f"Calibration sample {i} is a {type(item).__name__}, not a dict of input arrays.",
+                                   "Yield {input name: array} per sample.")
+        samples += _samples(dict(item), inputs, shapes, f"calibration sample {i}", streams, per_sample=True)[0]
+    return samples, "feeds", 1
+
+
+def _describe(data) -> str:
+    return str(data) if isinstance(data, (str, Path)) else f"<{type(data).__name__} of feed dicts>"
 
 
 def load_calibration(calib, inputs: list[TensorSpec], shapes: dict[str, list[int]], *, holdout_fraction: float,
                      count: int | None = None, preprocess: pp.PreprocessSpec | None = None,
-                     min_samples: int = 100, validation=None) -> CalibrationSet:
-    """Load calibration data and split it into calibration and hold-out feeds.
+                     min_samples: int = 100, validation=None, streams=()) -> CalibrationSet:
+    """Load calibration data and split it into calibration and hold-out samples.
 
     Args:
-        calib: Path (image folder, ``.npy``, ``.npz``, folder of ``<input>.npy``) or ``"random"``.
+        calib: Path (image folder, ``.npy``, ``.npz``, folder of ``<input>.npy``, folder of
+            per-sample ``.npz``), ``"random"``, or an iterable of ``{input: array}`` dicts.
         inputs: The model's inputs (names, dtypes).
-        shapes: Static shape per input (dim 0 is the batch of one feed).
+        shapes: Static shape per input.
         holdout_fraction: Part of the samples held back for the accuracy gate.
-        count: Cap on the number of samples used (``--calib-count``).
+        count: Cap on the number of samples (sequences, with streams) used (``--calib-count``).
         preprocess: Preprocessing for images (default: from the input shape, scale 1/255).
         min_samples: Below this many calibration samples a warning says int8 may suffer.
         validation: Separate data for the accuracy gate (same forms as ``calib``, not ``random``).
             When given, nothing is held back from ``calib``: all of it calibrates.
+        streams: ``(output, input)`` state pairs: each sample is a sequence (see the module doc);
+            the split is by sequence, and :meth:`CalibrationSet.carry` fills in the states.
 
     Returns:
         The split :class:`CalibrationSet`.
 
     Raises:
-        CalibrationError: missing, empty, corrupt, or mismatched data.
+        CalibrationError: missing, empty, corrupt, or mismatched data, naming the input, the
+            shape given and the shapes accepted.
     """
+    streams = [(str(o), str(i)) for o, i in streams]
     if count is not None and count < 2:
         raise CalibrationError(f"--calib-count {count} is too small: at least 2 samples are needed "
                                "(one to calibrate, one for the accuracy gate).")
-    batch = max(s[0] if s else 1 for s in shapes.values())
-    arrays, kind, total, spec_used, warnings = _read(calib, inputs, shapes, preprocess, count, batch)
+    samples, kind, unit, spec_used, warnings = _read(calib, inputs, shapes, preprocess, count, streams)
     if spec_used is None and preprocess is not None:
         # Arrays were preprocessed by the user: record the spec they name so the runtime repeats it.
         spec_used = preprocess
-    used = total // batch * batch
-    if count is not None and count * batch < used:
-        warnings.append(f"using {count * batch} of {total} calibration samples (--calib-count {count})")
-        used = count * batch
-    elif used != total:
-        warnings.append(f"{total - used} sample(s) dropped: {total} is not a multiple of the batch size {batch}")
-    feeds = _batches({k: v[:used] for k, v in arrays.items()}, used, batch)
-    if len(feeds) < 2:
-        raise CalibrationError(f"Calibration data has {len(feeds)} usable sample(s); at least 2 are needed "
+    total = len(samples)
+    if count is not None and count < total:
+        warnings.append(f"using {count * unit} of {total * unit} calibration samples (--calib-count {count})")
+        samples = samples[:count]
+    if len(samples) < 2:
+        raise CalibrationError(f"Calibration data has {len(samples)} usable sample(s); at least 2 are needed "
                                "(one to calibrate, one for the accuracy gate).", "Provide more samples (100+ is advised for int8).")
     if validation is not None:
         if isinstance(validation, str) and validation == "random":
             raise CalibrationError("Validation data cannot be 'random': the accuracy gate needs real samples.")
-        v_arrays, v_kind, v_total, _, _ = _read(validation, inputs, shapes, spec_used or preprocess, None, batch)
-        hold_feeds = _batches(v_arrays, v_total // batch * batch, batch)
-        if not hold_feeds:
-            raise CalibrationError(f"Validation data {validation} has no usable sample.")
-        calib_feeds, n_hold = feeds, 0
+        hold, _, _, _, _ = _read(validation, inputs, shapes, spec_used or preprocess, None, streams)
+        if not hold:
+            raise CalibrationError(f"Validation data {_describe(validation)} has no usable sample.")
+        cal, n_hold = samples, 0
     else:
-        n_hold = min(len(feeds) - 1, max(1, round(len(feeds) * holdout_fraction)))
-        order = np.random.default_rng(SPLIT_SEED).permutation(len(feeds))
+        n_hold = min(len(samples) - 1, max(1, round(len(samples) * holdout_fraction)))
+        order = np.random.default_rng(SPLIT_SEED).permutation(len(samples))
         hold_idx = set(order[:n_hold].tolist())
-        calib_feeds = [f for i, f in enumerate(feeds) if i not in hold_idx]
-        hold_feeds = [f for i, f in enumerate(feeds) if i in hold_idx]
-    if kind != "random" and all(float(np.ptp(a)) == 0.0 for a in arrays.values()):
+        cal = [f for i, f in enumerate(samples) if i not in hold_idx]
+        hold = [f for i, f in enumerate(samples) if i in hold_idx]
+    flat = [f for s in samples for f in s] if streams else samples
+    if kind != "random" and flat and all(float(np.ptp(np.stack([f[k] for f in flat]))) == 0.0 for k in flat[0]):
         warnings.append("every calibration sample is the same constant value: the int8 ranges will not fit real inputs")
-    if kind != "random" and len(calib_feeds) < min_samples:
+    if kind != "random" and len(cal) < min_samples and not streams:
         held = f" (after holding back {n_hold} for the accuracy gate)" if n_hold else ""
-        warnings.append(f"only {len(calib_feeds)} calibration sample(s){held}; "
+        warnings.append(f"only {len(cal)} calibration sample(s){held}; "
                         f"{min_samples}+ representative samples are advised for int8")
-    info = {
-        "source": "random" if kind == "random" else str(Path(calib)),
+    info: dict[str, Any] = {
+        "source": "random" if kind == "random" else _describe(calib),
         "kind": kind,
         "calibrated": kind != "random",
-        "samples_available": int(total),
-        "samples_used": int(used),
-        "calibration_samples": len(calib_feeds) * batch,
-        "holdout_samples": len(hold_feeds) * batch,
+        "samples_available": int(total * unit),
+        "samples_used": int(len(samples) * unit),
+        "calibration_samples": len(cal) * unit,
+        "holdout_samples": len(hold) * unit,
         "holdout_fraction": holdout_fraction if validation is None else None,
-        "holdout_source": "calibration split" if validation is None else str(validation),
+        "holdout_source": "calibration split" if validation is None else _describe(validation),
         "split_seed": SPLIT_SEED,
         "calib_count": count,
     }
-    return CalibrationSet(calib_feeds, hold_feeds, kind, kind != "random", spec_used, info, warnings)
+    if streams:
+        info["sequences"] = {"calibration_steps": sum(len(s) for s in cal), "holdout_steps": sum(len(s) for s in hold),
+                             "state": "carried from the float model's previous step"}
+        if sum(len(s) for s in cal) < min_samples:
+            warnings.append(f"only {sum(len(s) for s in cal)} calibration step(s) in {len(cal)} sequence(s); "
+                            f"{min_samples}+ representative steps are advised for int8")
+        return CalibrationSet([f for s in cal for f in s], [f for s in hold for f in s], kind, kind != "random",
+                              spec_used, info, warnings, streams, cal, hold)
+    return CalibrationSet(cal, hold, kind, kind != "random", spec_used, info, warnings)

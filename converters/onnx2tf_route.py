@@ -23,6 +23,7 @@ Layouts: onnx2tf moves channels last. By default (``keep_layout``) NCHW image in
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -342,6 +343,8 @@ def output_perms(onnx_path: Path, feed: dict[str, np.ndarray], tf_outputs: list[
         r = ref.get(name, list(ref.values())[i])
         rank = y.ndim
         candidates = [list(range(rank))] + ([[0, rank - 1, *range(1, rank - 1)]] if rank >= 3 else [])
+        if rank <= 4 and y.shape != r.shape:  # e.g. a recurrent state [layers, batch, H] made [batch, layers, H]
+            candidates += [list(p) for p in itertools.permutations(range(rank)) if list(p) not in candidates]
         best = None
         for perm in candidates:
             t = np.transpose(y, perm)

@@ -78,6 +78,55 @@ def _normalize_outputs(outputs) -> dict[str, OutputKind]:
     return out
 
 
+def parse_streams(stream) -> list[tuple[str, str]]:
+    """``"OUT:IN[,OUT:IN]"``, a list of them, ``{out: in}`` or ``[(out, in)]`` -> ``[(out, in)]``.
+
+    Raises:
+        InputValidationError: a pair is not ``OUT:IN``, or an input is fed twice.
+    """
+    if not stream:
+        return []
+    if isinstance(stream, dict):
+        pairs = [(str(o), str(i)) for o, i in stream.items()]
+    else:
+        items = [stream] if isinstance(stream, str) else list(stream)
+        pairs = []
+        for item in items:
+            if isinstance(item, (tuple, list)) and len(item) == 2:
+                pairs.append((str(item[0]), str(item[1])))
+                continue
+            for part in str(item).split(","):
+                out, sep, inp = part.strip().rpartition(":")
+                if not sep or not out or not inp:
+                    raise InputValidationError(f"--stream '{part.strip()}' is not OUTPUT:INPUT.",
+                                               "Name the state output and the input it feeds, e.g. --stream stateN:state.")
+                pairs.append((out, inp))
+    inputs = [i for _, i in pairs]
+    if len(set(inputs)) != len(inputs):
+        raise InputValidationError(f"--stream feeds an input twice: {inputs}.")
+    return pairs
+
+
+def _check_streams(pairs: list[tuple[str, str]], source: SourceModel) -> None:
+    """The stream's outputs and inputs exist in the source, with the same dtype and compatible shapes."""
+    ins = {t.name: t for t in source.inputs}
+    outs = {t.name: t for t in source.outputs}
+    for out, inp in pairs:
+        if out not in outs:
+            raise InputValidationError(f"--stream {out}:{inp}: the model has no output '{out}'.",
+                                       f"Outputs: {', '.join(outs)}")
+        if inp not in ins:
+            raise InputValidationError(f"--stream {out}:{inp}: the model has no input '{inp}'.",
+                                       f"Inputs: {', '.join(ins)}")
+        o, i = outs[out], ins[inp]
+        if o.dtype != i.dtype:
+            raise InputValidationError(f"--stream {out}:{inp}: output '{out}' is {o.dtype} but input '{inp}' is {i.dtype}.",
+                                       "A stream feeds an output back unchanged: pick an output of the input's type.")
+        if len(o.shape) != len(i.shape) or any(a > 0 and b > 0 and a != b for a, b in zip(o.shape, i.shape)):
+            raise InputValidationError(f"--stream {out}:{inp}: output '{out}' has shape {o.shape}, input '{inp}' {i.shape}.",
+                                       "A stream feeds an output back unchanged: their shapes must agree.")
+
+
 def _normalize_metric(metric) -> Callable | None:
     if metric is None or callable(metric):
         return metric
@@ -125,7 +174,7 @@ class Prepared:
 def convert(model, profiles, out, *, calib=None, calib_count: int | None = None, input_shapes=None, preprocess=None,
             allow_accuracy_drop: bool = False, force: bool = False, validation_fn: Callable | None = None,
             validation=None, outputs=None, metric=None, recover: str = "mixed", recover_budget: float | None = None,
-            float_nodes=None, calib_method: str | None = None,
+            float_nodes=None, calib_method: str | None = None, stream=None,
             progress: Callable[[str], None] | None = _stderr) -> ConvertSummary:
     """Convert ``model`` for each profile into ``out/<profile>/``.
 
@@ -155,6 +204,9 @@ def convert(model, profiles, out, *, calib=None, calib_count: int | None = None,
         float_nodes: Layers to keep float from the start: node names or op types, shell patterns
             (``"*/head/*"``, ``"Softmax"``), matched against each format's own names.
         calib_method: ``minmax``, ``percentile`` or ``entropy`` instead of the profile's.
+        stream: Recurrent state, ``"OUT:IN[,OUT:IN]"`` (e.g. ``"stateN:state"``), a list of them,
+            ``{out: in}`` or ``[(out, in)]``: calibration and the gate run each sample as a sequence
+            with the state carried from step to step; recorded in the manifest (``Model.stream()``).
         progress: Called with one line per profile and stage (default: stderr; None: silent).
 
     Returns:
@@ -175,7 +227,7 @@ def convert(model, profiles, out, *, calib=None, calib_count: int | None = None,
                                  calib_method=calib_method)
             return _convert(model, profiles, Path(out), calib, calib_count, input_shapes, preprocess,
                             allow_accuracy_drop, force, validation_fn, validation, outputs, metric, cfg,
-                            progress or (lambda _line: None))
+                            progress or (lambda _line: None), parse_streams(stream))
     finally:
         # Leave no trace of a run that published nothing: remove the output folder we created.
         if out_created and Path(out).is_dir() and not any(p for p in Path(out).iterdir() if not p.name.startswith(".edge-sdk")):
@@ -197,7 +249,8 @@ def _locked(out: Path, log):
 
 
 def _convert(model, profiles, out: Path, calib, calib_count, input_shapes, preprocess, allow_drop, force,
-             validation_fn, validation, outputs, metric, recovery: RecoveryConfig, log) -> ConvertSummary:
+             validation_fn, validation, outputs, metric, recovery: RecoveryConfig, log,
+             streams: list[tuple[str, str]] | None = None) -> ConvertSummary:
     profs = _resolve_profiles(profiles, log)
     existing = [p.name for p in profs if (out / p.name).exists()]
     if existing and not force:
@@ -214,6 +267,7 @@ def _convert(model, profiles, out: Path, calib, calib_count, input_shapes, prepr
     source = read_source(model)
     log(f"source: {source.format}, inputs {[(s.name, s.shape) for s in source.inputs]}, "
         f"outputs {[(s.name, s.shape) for s in source.outputs]}")
+    _check_streams(streams or [], source)
     static = {p.name: fix_shapes(source.inputs, p.artifact.batch_size, shapes_user) for p in profs}
     options: dict[str, Any] = {"validation_fn": validation_fn} if validation_fn is not None else {}
     summaries: list[ProfileSummary] = []
@@ -225,7 +279,7 @@ def _convert(model, profiles, out: Path, calib, calib_count, input_shapes, prepr
             key = json.dumps([static[prof.name].shapes, prof.accuracy.holdout_fraction], sort_keys=True)
             if key not in prepared:
                 prepared[key] = _prepare(source, static[prof.name], prof, calib, calib_count, spec, validation,
-                                         declared, root / f"prep{len(prepared)}", log)
+                                         declared, root / f"prep{len(prepared)}", log, streams or [])
                 kinds_report = acc.kinds_table(prepared[key].kinds)
             ctx = BuildContext(source=source, profile=prof, prep=prepared[key], out=out, scratch=root / prof.name,
                                force=force, allow_drop=allow_drop, options=options, task=task, log=log,
@@ -275,22 +329,33 @@ def _first(reason: str, n: int = 2) -> str:
 
 
 def _prepare(source: SourceModel, shapes: StaticShapes, prof: Profile, calib, calib_count, spec, validation,
-             declared: dict[str, OutputKind], folder: Path, log) -> Prepared:
+             declared: dict[str, OutputKind], folder: Path, log, streams: list[tuple[str, str]] = ()) -> Prepared:
     folder.mkdir(parents=True)
     log(f"static shapes: {shapes.shapes}" + (f" ({'; '.join(shapes.notes)})" if shapes.notes else ""))
     cs = load_calibration(calib, source.inputs, shapes.shapes, holdout_fraction=prof.accuracy.holdout_fraction,
                           count=calib_count, preprocess=spec, min_samples=prof.quantization.min_calibration_samples,
-                          validation=validation)
-    log(f"calibration: {cs.kind}, {cs.info['calibration_samples']} samples for calibration, "
-        f"{cs.info['holdout_samples']} for the accuracy gate ({cs.info['holdout_source']})")
+                          validation=validation, streams=streams)
+    if streams:
+        seq = cs.info["sequences"]
+        log(f"calibration: {cs.kind}, {cs.info['calibration_samples']} sequences ({seq['calibration_steps']} steps) for "
+            f"calibration, {cs.info['holdout_samples']} ({seq['holdout_steps']} steps) for the accuracy gate "
+            f"({cs.info['holdout_source']})")
+    else:
+        log(f"calibration: {cs.kind}, {cs.info['calibration_samples']} samples for calibration, "
+            f"{cs.info['holdout_samples']} for the accuracy gate ({cs.info['holdout_source']})")
     for w in cs.warnings:
         log(f"warning: {w}")
     tflite = _memo(lambda: _fold_tflite(source, folder / "float_folded.tflite", log)) if source.format == "tflite" else None
     onnx = _memo(lambda: _static_onnx(source, shapes, folder / "float_static.onnx", tflite, log))
     if source.format != "tflite":  # the float reference of ONNX/TF sources and the kinds read it
         onnx()
-    log("running the float reference on the held-back samples")
-    ref, runtime = acc.float_outputs(source, onnx() if source.format == "onnx" else Path(), cs.holdout)
+    if streams:
+        log(f"running the float model over {len(cs.calib_sequences) + len(cs.holdout_sequences)} sequence(s), "
+            f"state carried ({', '.join(f'{o} -> {i}' for o, i in streams)})")
+        ref, runtime = acc.carried_float_outputs(source, onnx() if source.format == "onnx" else Path(), cs)
+    else:
+        log("running the float reference on the held-back samples")
+        ref, runtime = acc.float_outputs(source, onnx() if source.format == "onnx" else Path(), cs.holdout)
     kinds = acc.infer_kinds(source.outputs, ref, _graph(source, onnx), declared)
     for row in acc.kinds_table(kinds):
         log(f"output {row['output']}: {row['kind']} ({row['source']}: {row['reason']})")

@@ -340,6 +340,29 @@ def _edgetpu_step(job: ConvertJob, model: bytes, model_path: Path, result: Forma
         result.warnings.append(f"{compiled.status}. To compile: {compiled.command}")
 
 
+def check_input_dtypes(job: ConvertJob) -> None:
+    """Refuse, before any work, integer inputs an integer-only accelerator cannot take (int64 on the Edge TPU).
+
+    Float inputs are quantized to the profile's I/O dtype; an integer input is fed as it is, so
+    its type must be one the accelerator's operator table allows.
+
+    Raises:
+        ConversionError: naming each input, its type, what the target takes and the alternatives.
+    """
+    allowed = set(job.profile.operators.allowed_dtypes)
+    if not allowed:
+        return
+    bad = [f"'{s.name}' ({s.dtype})" for s in job.source.inputs
+           if np.dtype(s.dtype).kind in "iub" and s.dtype not in allowed]
+    if bad:
+        raise ConversionError(
+            f"Input {', '.join(bad)} cannot be fed to {job.profile.name}: its accelerator takes "
+            f"{'/'.join(sorted(allowed))} tensors only, and integer inputs are fed as they are (never quantized).",
+            "Alternatives: export the model with an int32 input (a Cast inside the graph where an op needs int64), "
+            "make a fixed value such as a sample rate a constant of the graph, or run the model on the CPU "
+            "(arm-cpu profile).")
+
+
 def convert(job: ConvertJob) -> FormatResult:
     """Convert ``job.source`` to a full-integer TFLite model for ``job.profile``.
 
@@ -355,6 +378,7 @@ def convert(job: ConvertJob) -> FormatResult:
             where the profile allows integer ops only, or the Edge TPU pre-check blocks.
         CalibrationError: the calibration feeds do not fit the model.
     """
+    check_input_dtypes(job)
     model, converted = _int8(job)
     strict_int = integer_only(job)
     float_ops = _float_ops(model)

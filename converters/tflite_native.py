@@ -289,12 +289,13 @@ def calibrate(model: bytes, feeds: Iterable) -> dict[int, tuple[float, float, fl
         it.allocate_tensors()
         in_details = it.get_input_details()
         by_name = {d["name"]: d["index"] for d in in_details}
+        dtypes = {d["name"]: d["dtype"] for d in in_details}  # integer inputs are fed as they are
         outputs = [d["index"] for d in it.get_output_details() if d["index"] in acc]
         for feed in feeds:
             items = feed.items() if isinstance(feed, dict) else zip([d["name"] for d in in_details], feed)
             fed = []
             for name, arr in items:
-                it.set_tensor(by_name[name], np.asarray(arr, np.float32))
+                it.set_tensor(by_name[name], np.asarray(arr, dtypes.get(name, np.float32)))
                 fed.append(by_name[name])
             it.invoke()
             for i in outputs + [i for i in fed if i in acc]:

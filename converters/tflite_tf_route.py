@@ -43,12 +43,13 @@ def calib_arrays(job: ConvertJob, names: list[str], perms: dict[str, list[int]])
         raise CalibrationError("No calibration data for int8 TFLite conversion.",
                                "Pass --calib with images or an .npz, or --calib random for a smoke test.")
     out = []
+    dtypes = input_dtypes(job)
     for k, feed in enumerate(job.calib):
         row = []
         for name in names:
             if name not in feed:
                 raise CalibrationError(f"Calibration sample {k} has no input '{name}' (has: {', '.join(feed)}).")
-            arr = np.asarray(feed[name], dtype=np.float32)
+            arr = np.asarray(feed[name], dtype=dtypes.get(name, np.float32))
             want = list(job.input_shapes[name])
             if list(arr.shape) != want:
                 raise CalibrationError(f"Calibration sample {k} input '{name}' has shape {list(arr.shape)}, "
@@ -56,6 +57,11 @@ def calib_arrays(job: ConvertJob, names: list[str], perms: dict[str, list[int]])
             row.append(np.transpose(arr, perms[name]) if name in perms else arr)
         out.append(row)
     return out
+
+
+def input_dtypes(job: ConvertJob) -> dict[str, np.dtype]:
+    """The source's dtype per input: integer inputs (token ids, masks, a sample rate) stay integer."""
+    return {s.name: np.dtype(s.dtype) for s in job.source.inputs}
 
 
 def float_tf(job: ConvertJob, fn, arg_names: list[str], perms: dict[str, list[int]]) -> bytes:
@@ -78,7 +84,9 @@ def float_tf(job: ConvertJob, fn, arg_names: list[str], perms: dict[str, list[in
               for n in arg_names}
     try:
         with quiet(Path(job.scratch) / "tflite_converter.log"):
-            specs = [tf.TensorSpec(shapes[n], tf.float32, name=sanitize(n)) for n in arg_names]
+            dtypes = input_dtypes(job)
+            specs = [tf.TensorSpec(shapes[n], tf.as_dtype(dtypes.get(n, np.dtype(np.float32))), name=sanitize(n))
+                     for n in arg_names]
             concrete = tf.function(fn, input_signature=specs).get_concrete_function()
             # Freezing turns variables into constants (resource variables would stay VAR_HANDLE ops).
             conv = tf.lite.TFLiteConverter.from_concrete_functions([convert_variables_to_constants_v2(concrete)])
@@ -129,7 +137,13 @@ def from_savedmodel_dir(job: ConvertJob, path: Path, perms: dict[str, list[int]]
         keymap[name] = found[0] if found else sig_keys[i]
     out_names = [s.name for s in job.source.outputs]
 
+    sig_specs = sig.structured_input_signature[1]
+    # onnx2tf gives a scalar input (an int64 sample rate) a [None] signature: feed it as [1].
+    ranks = {n: len(sig_specs[keymap[n]].shape) for n in names if sig_specs[keymap[n]].shape.rank is not None}
+    lift = {n: ranks[n] for n in names if n in ranks and not job.input_shapes[n] and ranks[n] > 0}
+
     def raw(*args):
+        args = [tf.reshape(a, [1] * lift[n]) if n in lift else a for n, a in zip(names, args)]
         return outputs_in_order(sig(**{keymap[n]: a for n, a in zip(names, args)}), out_names)
 
     out_perms = {}
@@ -137,8 +151,9 @@ def from_savedmodel_dir(job: ConvertJob, path: Path, perms: dict[str, list[int]]
         from .onnx2tf_route import output_perms
 
         # One sample through both models says which outputs onnx2tf made channel-last.
-        feed = {n: np.asarray(job.calib[0][n], np.float32) if job.calib else
-                np.full(job.input_shapes[n], 0.5, np.float32) for n in names}
+        dtypes = input_dtypes(job)
+        feed = {n: np.asarray(job.calib[0][n], dtypes[n]) if job.calib else
+                np.full(job.input_shapes[n], 0.5 if dtypes[n].kind == "f" else 0, dtypes[n]) for n in names}
         tf_outs = raw(*[np.transpose(feed[n], perms[n]) if n in perms else feed[n] for n in names])
         out_perms = output_perms(onnx_ref, feed, [np.asarray(o) for o in tf_outs], out_names)
 

@@ -41,13 +41,14 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from .manifest import read_manifest
     from .preprocess import ImageTransform
     from .runtimes.base import FallbackWarning
-    from .runtimes.facade import AccuracyWarning, InferenceResult, Model, load
+    from .runtimes.facade import AccuracyWarning, InferenceResult, Model, Stream, load
 
 # name -> "module:attribute", resolved on first access (PEP 562) so that `import edge_sdk` stays light.
 _LAZY = {
     "load": "edge_sdk.runtimes.facade:load",
     "AccuracyWarning": "edge_sdk.runtimes.facade:AccuracyWarning",
     "Model": "edge_sdk.runtimes.facade:Model",
+    "Stream": "edge_sdk.runtimes.facade:Stream",
     "InferenceResult": "edge_sdk.runtimes.facade:InferenceResult",
     "FallbackWarning": "edge_sdk.runtimes.base:FallbackWarning",
     "Detection": "edge_sdk.detect:Detection",

@@ -37,6 +37,9 @@ from .errors import ConversionError
               help="Keep these layers float: node names or op types, shell patterns. Repeatable.")
 @click.option("--calib-method", type=click.Choice(["minmax", "percentile", "entropy"]), default=None,
               help="Activation range method instead of the profile's.")
+@click.option("--stream", "streams", multiple=True, metavar="OUT:IN[,OUT:IN]",
+              help="Recurrent state: output OUT is fed back as input IN at the next step (e.g. stateN:state); "
+                   "calibration and the gate run each sample as a sequence. Repeatable.")
 @click.option("--allow-accuracy-drop", is_flag=True, help="Write the artifact even if the accuracy gate fails.")
 @click.option("--force", is_flag=True, help="Replace existing artifact folders.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
@@ -45,7 +48,7 @@ from .errors import ConversionError
 @click.option("--tls", "tls_dir", type=click.Path(file_okay=False), help="With --fleet: the `edge-sdk fleet certs` folder.")
 @click.option("--insecure", is_flag=True, help="With --fleet: allow plain TCP to a non-loopback scheduler.")
 def convert(model, profiles, out, calib, validation, calib_count, input_shapes, preprocess, outputs, metric, recover,
-            recover_budget, float_nodes, calib_method, allow_accuracy_drop, force, as_json, fleet_address, tls_dir,
+            recover_budget, float_nodes, calib_method, streams, allow_accuracy_drop, force, as_json, fleet_address, tls_dir,
             insecure):
     """Convert MODEL (ONNX, SavedModel, .keras/.h5, float .tflite) into one artifact per --profile.
 
@@ -53,6 +56,10 @@ def convert(model, profiles, out, calib, validation, calib_count, input_shapes, 
     own. The run ends with a profile x format table; it exits 6 if something could not be
     converted, 7 if a gate failed (the other profiles and formats are still published).
     """
+    if fleet_address and streams:
+        from .errors import InputValidationError
+
+        raise InputValidationError("--stream is not sent over the fleet yet.", "Convert a streamed model here, without --fleet.")
     if fleet_address:
         _fleet_convert(model, profiles, out, calib, validation, calib_count, input_shapes, preprocess, outputs, metric,
                        recover, recover_budget, float_nodes, calib_method, allow_accuracy_drop, force, as_json,
@@ -68,7 +75,7 @@ def convert(model, profiles, out, calib, validation, calib_count, input_shapes, 
         summary = run_convert(model, list(profiles), out, calib=calib, validation=validation, calib_count=calib_count,
                               input_shapes=list(input_shapes), preprocess=preprocess, outputs=list(outputs),
                               metric=metric, recover=recover, recover_budget=recover_budget,
-                              float_nodes=list(float_nodes), calib_method=calib_method,
+                              float_nodes=list(float_nodes), calib_method=calib_method, stream=list(streams),
                               allow_accuracy_drop=allow_accuracy_drop, force=force)
     except ConversionError as exc:
         report = getattr(exc, "report", None)

@@ -42,10 +42,52 @@ def read_input(path: Path, input_names: list[str]):
     return arrays
 
 
+def sequence_steps(model, feed) -> list[dict] | None:
+    """Cut a ``.npz`` for a streamed artifact into step feeds, or None when it is a single step.
+
+    Each non-state input is ``[T, *shape]`` (``[T, *shape[1:]]`` at batch 1) when it changes per
+    step, or its own ``shape`` when it stays the same; state inputs are left out (``Model.stream``
+    carries them; a state given in the file is its initial value).
+
+    Raises:
+        InputValidationError: stepped arrays of different lengths, or an array that fits neither form.
+    """
+    import numpy as np
+
+    states = {s.input for s in model.manifest.streams}
+    if not states or not isinstance(feed, dict):
+        return None
+    specs = {t.name: t for t in model.inputs if t.name not in states}
+    stepped, const = {}, {}
+    for name, arr in feed.items():
+        if name not in specs:
+            continue
+        shape = list(specs[name].shape)
+        if list(arr.shape) == shape:
+            const[name] = arr
+        elif list(arr.shape[1:]) == shape:
+            stepped[name] = arr
+        elif shape and shape[0] == 1 and list(arr.shape[1:]) == shape[1:]:
+            stepped[name] = arr.reshape(arr.shape[0], *shape)
+        else:
+            forms = [f"[T, {', '.join(map(str, shape))}]", str(shape)] + (
+                [f"[T, {', '.join(map(str, shape[1:]))}]"] if shape and shape[0] == 1 else [])
+            raise InputValidationError(f"Array '{name}' has shape {list(arr.shape)}; a sequence file for this stream "
+                                       f"takes {' or '.join(forms)}.", "Stack the steps along a new first axis.")
+    if not stepped:
+        return None
+    lengths = {k: v.shape[0] for k, v in stepped.items()}
+    if len(set(lengths.values())) > 1:
+        raise InputValidationError(f"Stepped arrays have different lengths: {lengths}.")
+    steps = next(iter(lengths.values()))
+    return [{**const, **{k: np.ascontiguousarray(v[t]) for k, v in stepped.items()}} for t in range(steps)]
+
+
 @cli.command()
 @click.argument("artifact", type=click.Path())
 @click.option("--input", "input_path", required=True, type=click.Path(dir_okay=False),
-              help="An image (preprocessed as recorded in the manifest), a .npy, or a .npz of named inputs.")
+              help="An image (preprocessed as recorded in the manifest), a .npy, or a .npz of named inputs; "
+                   "for a streamed artifact a .npz of [T, ...] arrays runs T steps with the state carried.")
 @click.option("--profile", default=None, help="Profile to run from a multi-profile convert output folder.")
 @click.option("--backend", default=None, help="Run this backend (litert, onnxruntime, openvino, tensorrt); no fallback.")
 @click.option("--device", default=None, help="Run this delegate / execution provider / OpenVINO device; no fallback.")
@@ -75,7 +117,26 @@ def run(artifact: str, input_path: str, profile: str | None, backend: str | None
                      trusted_keys=list(keys) if keys else None, allow_external_delegates=list(allow_delegates))
     with model:
         feed = read_input(path, [t.name for t in model.inputs])
-        result = model.infer_image(path) if feed is None else model.infer(feed, raw=raw)
+        steps = sequence_steps(model, feed)
+        stream_report = None
+        if steps is not None:
+            import numpy as np
+
+            states = {s.input for s in model.manifest.streams}
+            st = model.stream(initial={k: v for k, v in feed.items() if k in states})
+            results = [st.step(step) for step in steps]
+            result = results[-1]
+            per_step = [r.timings["total"] for r in results]
+            stream_report = {
+                "steps": len(results), "state": [f"{s.output} -> {s.input}" for s in model.manifest.streams],
+                "step_ms": {"p50": round(float(np.median(per_step)), 4), "max": round(float(max(per_step)), 4),
+                            "first": round(per_step[0], 4)},
+                "outputs_per_step": {n: [np.asarray(r.outputs[n]).ravel().round(6).tolist() for r in results]
+                                     for n in result.outputs if n not in {s.output for s in model.manifest.streams}
+                                     and np.asarray(result.outputs[n]).size <= 8},
+            }
+        else:
+            result = model.infer_image(path) if feed is None else model.infer(feed, raw=raw)
         kinds = {t.name: t.kind for t in model.outputs}
         report = {
             "artifact": artifact, "input": str(path), "profile": result.profile, "backend": result.backend,
@@ -85,6 +146,8 @@ def run(artifact: str, input_path: str, profile: str | None, backend: str | None
             "accuracy_gate": (model.manifest.accuracy or {}).get("gate", "unknown"),
             "outputs": [summarize(n, a, kinds.get(n), top_k) for n, a in result.outputs.items()],
         }
+        if stream_report is not None:
+            report["stream"] = stream_report
     if as_json:
         emit_json(report)
         return
@@ -94,6 +157,13 @@ def run(artifact: str, input_path: str, profile: str | None, backend: str | None
         click.echo(f"note: {note}", err=True)
     ran = f"{report['backend']} (delegate: {report['delegate']})"
     click.echo(f"profile {report['profile']} ran on {ran}" + ("  [FALLBACK]" if report["fallback"] else ""))
+    if "stream" in report:
+        s = report["stream"]
+        click.echo(f"stream: {s['steps']} steps, state carried ({', '.join(s['state'])}); per step p50 "
+                   f"{s['step_ms']['p50']:.3f} ms, max {s['step_ms']['max']:.3f} ms; outputs of the last step:")
+        for name, values in s["outputs_per_step"].items():
+            shown = ", ".join(f"{v[0]:.4g}" if len(v) == 1 else str(v) for v in values[:20])
+            click.echo(f"  {name} per step: {shown}" + (f" ... ({len(values)} steps)" if len(values) > 20 else ""))
     for out in report["outputs"]:
         for line in describe_lines(out, indent=""):
             click.echo(("output " if not line.startswith(" ") else "") + line)

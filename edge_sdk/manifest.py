@@ -14,6 +14,7 @@ call it.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -91,6 +92,14 @@ class Preprocessing:
 
 
 @dataclass
+class StreamSpec:
+    """Recurrent state: ``output`` at step t is fed back as ``input`` at step t + 1 (``--stream OUT:IN``)."""
+
+    output: str
+    input: str
+
+
+@dataclass
 class Manifest:
     """The validated content of ``manifest.json`` (schema version 1)."""
 
@@ -109,6 +118,8 @@ class Manifest:
     static_shapes: dict[str, Any] = field(default_factory=dict)
     backend_options: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    #: State carried from step to step (``Model.stream()``); empty for a stateless model.
+    streams: list[StreamSpec] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return typed.to_dict(self)
@@ -234,6 +245,7 @@ def parse_manifest(raw: bytes, folder: Path, where: str, *, verify: bool = True)
     check_tensors(manifest.inputs, manifest.outputs, where)
     check_identifiers(manifest, where)
     check_preprocessing(manifest, where, verify)
+    check_streams(manifest, where)
     seen = set()
     for i, art in enumerate(manifest.artifacts):
         at = f"{where}: artifacts[{i}]"
@@ -259,6 +271,28 @@ def parse_manifest(raw: bytes, folder: Path, where: str, *, verify: bool = True)
                 "Copy the artifact folder again from the source; do not edit files inside it.",
             )
     return manifest
+
+
+def check_streams(manifest: Manifest, where: str) -> None:
+    """Each stream names an output and an input of this manifest with as many elements, each once.
+
+    Raises:
+        ManifestError: a stream names a tensor the manifest does not have, or shapes that differ.
+    """
+    ins = {t.name: t for t in manifest.inputs}
+    outs = {t.name: t for t in manifest.outputs}
+    seen: set[str] = set()
+    for i, s in enumerate(manifest.streams):
+        at = f"{where}: streams[{i}]"
+        if s.output not in outs or s.input not in ins:
+            raise ManifestError(f"{at} feeds '{s.output[:80]}' back as '{s.input[:80]}', but the manifest has no such "
+                                f"{'output' if s.output not in outs else 'input'}.", "The artifact is corrupt: convert it again.")
+        if s.input in seen:
+            raise ManifestError(f"{at}: input '{s.input[:80]}' is fed by two streams.", "The artifact is corrupt: convert it again.")
+        seen.add(s.input)
+        if math.prod(outs[s.output].shape) != math.prod(ins[s.input].shape):
+            raise ManifestError(f"{at}: output '{s.output[:80]}' {outs[s.output].shape} cannot feed input "
+                                f"'{s.input[:80]}' {ins[s.input].shape}.", "The artifact is corrupt: convert it again.")
 
 
 def format_io(manifest: Manifest, fmt: str) -> tuple[list[TensorSpec], list[TensorSpec]]:

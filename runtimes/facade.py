@@ -380,6 +380,23 @@ class Model:
                 f.cancel()
             pool.shutdown(wait=True)
 
+    # -- streams ----------------------------------------------------------------------------
+    def stream(self, initial: Mapping[str, Any] | None = None) -> "Stream":
+        """A stepper that carries the manifest's recurrent state (``convert --stream OUT:IN``).
+
+        Each :meth:`Stream.step` feeds the state inputs from the previous step's outputs, so the
+        caller passes only the other inputs. A stream belongs to the thread that made it; make
+        one per thread (the model itself may be shared).
+
+        Args:
+            initial: Starting value per state input (default: zeros).
+
+        Raises:
+            InputValidationError: the artifact declares no stream, or ``initial`` is wrong.
+            ModelLoadError: the running format's I/O cannot carry the declared state.
+        """
+        return Stream(self, initial)
+
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
         """Release the native model; safe to call twice, and from another thread (a call in
@@ -403,6 +420,113 @@ class Model:
 
     def __repr__(self) -> str:
         return f"<edge_sdk.Model {self.profile} on {self.backend}{' (fallback)' if self.fallback else ''}>"
+
+
+class Stream:
+    """Recurrent state of one sequence over a loaded :class:`Model` (see :meth:`Model.stream`).
+
+    Attributes:
+        pairs: ``(output, input)`` per state, from the manifest's ``streams``.
+        steps: Steps run since the last :meth:`reset`.
+    """
+
+    def __init__(self, model: Model, initial: Mapping[str, Any] | None = None):
+        declared = [(s.output, s.input) for s in model.manifest.streams]
+        if not declared:
+            raise InputValidationError("This artifact declares no stream (no state is fed back).",
+                                       "Call infer() per step, or convert with --stream OUTPUT:INPUT (e.g. stateN:state).")
+        ins = {t.name: t for t in model._inputs}
+        outs = {t.name: t for t in model._outputs}
+        for out, inp in declared:
+            if out not in outs or inp not in ins:
+                raise ModelLoadError(f"The stream {out} -> {inp} names a tensor the {model.step.format} artifact does not have "
+                                     f"(inputs {sorted(ins)}, outputs {sorted(outs)}).", "Convert the model again.")
+            a, b = [d for d in outs[out].shape if d != 1], [d for d in ins[inp].shape if d != 1]
+            if a != b:  # a reshape would silently reorder a transposed state
+                raise ModelLoadError(f"The {model.step.format} artifact's state output '{out}' {outs[out].shape} cannot be fed "
+                                     f"back as '{inp}' {ins[inp].shape} unchanged.", "Load another format of this artifact.")
+        self.model = model
+        self.pairs = declared
+        self._specs = {inp: ins[inp] for _, inp in declared}
+        self._owner = threading.get_ident()
+        self._state: dict[str, np.ndarray] = {}
+        self.steps = 0
+        self.reset(initial)
+
+    def _zeros(self, spec: TensorSpec) -> np.ndarray:
+        return np.zeros(spec.shape, np.float32 if spec.quantization is not None else np.dtype(spec.dtype))
+
+    def reset(self, initial: Mapping[str, Any] | None = None) -> None:
+        """Start a new sequence: every state back to zeros, or to ``initial[input]`` where given.
+
+        Raises:
+            InputValidationError: ``initial`` names an input that is not a state, or has the wrong shape.
+        """
+        self._check_thread()
+        initial = dict(initial or {})
+        extra = sorted(set(initial) - set(self._specs))
+        if extra:
+            raise InputValidationError(f"Initial state for {extra}, which {'is' if len(extra) == 1 else 'are'} not a "
+                                       f"state input.", f"State inputs: {', '.join(self._specs)}")
+        state = {}
+        for name, spec in self._specs.items():
+            if name not in initial:
+                state[name] = self._zeros(spec)
+                continue
+            arr = np.asarray(initial[name])
+            if list(arr.shape) != list(spec.shape):
+                raise InputValidationError(f"Initial state '{name}' has shape {list(arr.shape)}; the input is {list(spec.shape)}.",
+                                           "Give the state input's own static shape.")
+            state[name] = np.array(arr, copy=True)
+        self._state = state
+        self.steps = 0
+
+    @property
+    def state(self) -> dict[str, np.ndarray]:
+        """A copy of the state that the next step feeds, per state input."""
+        return {k: v.copy() for k, v in self._state.items()}
+
+    def _check_thread(self) -> None:
+        if threading.get_ident() != self._owner:
+            raise InputValidationError("This stream belongs to another thread: its state is one sequence's.",
+                                       "Call model.stream() in each thread that runs a sequence.")
+
+    def step(self, inputs: Any) -> InferenceResult:
+        """Run one step: ``inputs`` are the non-state inputs (``{name: array}``, or one array when
+        there is one); the state comes from the previous step (zeros or ``initial`` at first).
+
+        Returns:
+            The step's :class:`InferenceResult` (state outputs included).
+
+        Raises:
+            InputValidationError: a state input is passed, or the inputs break the model's contract.
+        """
+        self._check_thread()
+        if not isinstance(inputs, Mapping):
+            others = [t.name for t in self.model._inputs if t.name not in self._specs]
+            if len(others) != 1:
+                raise InputValidationError(f"This stream takes {len(others)} inputs per step ({others}): pass a dict.")
+            inputs = {others[0]: inputs}
+        given = sorted(set(inputs) & set(self._specs))
+        if given:
+            raise InputValidationError(f"{given} {'is' if len(given) == 1 else 'are'} carried by the stream and cannot be passed to step().",
+                                       "Use stream.reset(initial={...}) to set a state.")
+        result = self.model.infer({**inputs, **self._state})
+        for out, inp in self.pairs:
+            spec = self._specs[inp]
+            val = np.asarray(result.outputs[out]).reshape(spec.shape)
+            if spec.quantization is None and val.dtype != np.dtype(spec.dtype):
+                val = val.astype(spec.dtype)
+            self._state[inp] = np.array(val, copy=True)
+        self.steps += 1
+        return result
+
+    def run(self, steps: Iterable[Any]) -> list[InferenceResult]:
+        """:meth:`step` over every item of ``steps``, in order."""
+        return [self.step(x) for x in steps]
+
+    def __repr__(self) -> str:
+        return f"<edge_sdk.Stream {', '.join(f'{o}->{i}' for o, i in self.pairs)} after {self.steps} step(s)>"
 
 
 def format_specs(manifest: Manifest, fmt: str) -> tuple[list[TensorSpec], list[TensorSpec]]:

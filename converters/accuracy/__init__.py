@@ -21,7 +21,7 @@ from edge_sdk import typed
 from ..base import Feed
 from .kinds import infer_kinds, kinds_table
 from .metrics import evaluate_output, one_line
-from .reference import REFERENCES, FloatReference, float_outputs
+from .reference import REFERENCES, FloatReference, carried_float_outputs, float_outputs
 
 #: The runtime step used for the gate per format: one that runs on a workstation CPU.
 CPU_ACCELERATORS = {"onnxruntime": "CPUExecutionProvider", "openvino": "CPU", "litert": "xnnpack"}
@@ -43,8 +43,15 @@ def gate_step(profile: Profile, fmt: str) -> RuntimeStep:
                           "Add a CPU step (onnxruntime/CPUExecutionProvider, openvino/CPU or litert/xnnpack) to its runtime.chain.")
 
 
-def artifact_outputs(folder: Path, step: RuntimeStep, holdout: list[Feed]) -> tuple[list[dict[str, np.ndarray]], dict]:
+def artifact_outputs(folder: Path, step: RuntimeStep, holdout: list[Feed],
+                     sequences: tuple[list[tuple[str, str]], list[int]] | None = None
+                     ) -> tuple[list[dict[str, np.ndarray]], dict]:
     """Run the artifact in ``folder`` through the runtime facade on every hold-out feed.
+
+    Args:
+        sequences: ``(streams, lengths)`` for a streamed model: ``holdout`` is the concatenation
+            of sequences of these lengths, and the artifact carries its *own* state from step to
+            step (``Model.stream()``), the state inputs of ``holdout`` being used at step 0 only.
 
     Returns:
         (outputs per feed, the facade's description of what ran).
@@ -53,7 +60,17 @@ def artifact_outputs(folder: Path, step: RuntimeStep, holdout: list[Feed]) -> tu
 
     model = load(folder, backend=step.backend, device=step.accelerator, strict=False, allow_unpublished=True)
     try:
-        outs = [{k: np.asarray(v) for k, v in model.infer(feed).outputs.items()} for feed in holdout]
+        if not sequences or not sequences[0]:
+            outs = [{k: np.asarray(v) for k, v in model.infer(feed).outputs.items()} for feed in holdout]
+            return outs, model.describe()
+        streams, lengths = sequences
+        states = {i for _, i in streams}
+        outs, at = [], 0
+        for n in lengths:
+            st = model.stream(initial={i: holdout[at][i] for i in states})
+            for feed in holdout[at:at + n]:
+                outs.append({k: np.asarray(v) for k, v in st.step({k: v for k, v in feed.items() if k not in states}).outputs.items()})
+            at += n
         return outs, model.describe()
     finally:
         model.close()
@@ -113,13 +130,17 @@ def compare(reference: list[dict[str, np.ndarray]], test: list[dict[str, np.ndar
 
 def evaluate(folder: Path, step: RuntimeStep, holdout: list[Feed], reference: list[dict[str, np.ndarray]],
              spec: AccuracySpec, kinds: dict[str, OutputKind] | None = None,
-             task_metric: Callable | None = None) -> dict[str, Any]:
+             task_metric: Callable | None = None,
+             sequences: tuple[list[tuple[str, str]], list[int]] | None = None) -> dict[str, Any]:
     """Run the artifact in ``folder``, compare with the float reference, judge against ``spec``.
+
+    With ``sequences`` (a streamed model, see :func:`artifact_outputs`) the artifact carries its
+    own state, so every step is judged after the int8 error of all the steps before it.
 
     Returns:
         ``{"backend", "device", "native", "outputs": {name: metrics}, "failures", "passed", "ran", "task"?}``.
     """
-    test, ran = artifact_outputs(folder, step, holdout)
+    test, ran = artifact_outputs(folder, step, holdout, sequences)
     outputs = compare(reference, test, kinds or {}, spec)
     fails = [f"{name}: {f}" for name, m in outputs.items() for f in m["failures"]]
     report: dict[str, Any] = {"backend": step.backend, "device": step.accelerator, "native": step.native,
@@ -131,6 +152,9 @@ def evaluate(folder: Path, step: RuntimeStep, holdout: list[Feed], reference: li
         report["task"] = run_task_metric(task_metric, reference, test, holdout)
         if not report["task"]["passed"]:
             fails.append(f"task metric: {report['task'].get('reason') or 'failed'}")
+    if sequences and sequences[0]:
+        report["sequences"] = {"count": len(sequences[1]), "steps": sum(sequences[1]),
+                               "state": "the artifact's own, carried from step to step"}
     report["passed"] = not fails
     return report
 
@@ -148,4 +172,4 @@ def format_metrics(outputs: dict[str, dict[str, Any]]) -> str:
 
 
 __all__ = ["CPU_ACCELERATORS", "FloatReference", "REFERENCES", "artifact_outputs", "compare", "evaluate",
-           "float_outputs", "format_metrics", "gate_step", "infer_kinds", "kinds_table", "match_outputs", "thresholds"]
+           "carried_float_outputs", "float_outputs", "format_metrics", "gate_step", "infer_kinds", "kinds_table", "match_outputs", "thresholds"]

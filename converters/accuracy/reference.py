@@ -101,3 +101,19 @@ def float_outputs(source: SourceModel, static_onnx: Path, holdout: list[Feed]) -
         return [ref.run(feed) for feed in holdout], ref.runtime
     finally:
         ref.close()
+
+
+def carried_float_outputs(source: SourceModel, static_onnx: Path, cs) -> tuple[list[dict[str, np.ndarray]], str]:
+    """Run the float source over every sequence of a streamed :class:`CalibrationSet`, state carried.
+
+    Fills ``cs.calib`` and ``cs.holdout`` with the steps as the float model saw them (see
+    :meth:`CalibrationSet.carry`).
+
+    Returns:
+        (float outputs per hold-out step, description of the runtime that produced them).
+    """
+    ref = REFERENCES.get(source.format)(source, static_onnx)
+    try:
+        return cs.carry(ref.run), ref.runtime
+    finally:
+        ref.close()

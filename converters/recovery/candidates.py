@@ -89,7 +89,8 @@ def make_candidate(ctx: "BuildContext", fmt: str, recipe: Recipe, folder: Path, 
     result = FORMATS.get(fmt)(job)
     write_manifest(folder, manifest_for(ctx, {fmt: result}, folder, []))
     step = acc.gate_step(ctx.profile, fmt)
-    report = acc.evaluate(folder, step, cs.holdout, ctx.prep.reference, ctx.profile.accuracy, ctx.prep.kinds, ctx.task)
+    report = acc.evaluate(folder, step, cs.holdout, ctx.prep.reference, ctx.profile.accuracy, ctx.prep.kinds, ctx.task,
+                          (cs.streams, cs.holdout_lengths) if cs.streams else None)
     report["score"] = gate_score(report["outputs"]) if "task" not in report or report["task"]["passed"] else -1.0
     return Candidate(fmt, recipe, folder, result, report, time.perf_counter() - t0, {"step": step, "job": job})
 
