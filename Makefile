@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: quickstart test test-arm64 bench clean
+.PHONY: quickstart test test-arm64 test-device bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,13 @@ test: $(VENV)/.installed
 ## Includes a self-test that a tampered artifact fails. Cache: ~/.cache/edge-sdk-arm64 (EDGE_SDK_ARM64_CACHE).
 test-arm64: $(VENV)/.installed
 	$(BIN)/python tests/arm64/run.py
+
+## The runtime tests in device venvs (no conversion stack, edge-sdk from a wheel): the runtime extras at
+## their highest versions with numpy 2 + opencv-python-headless (installed from an `edge-sdk freeze` lock),
+## at their lowest with the lowest numpy, and at their lowest with numpy 2.0. Needs the package index.
+## Cache: ~/.cache/edge-sdk-device-venv (EDGE_SDK_DEVICE_VENV_CACHE); warm runs take about 20 s.
+test-device: $(VENV)/.installed
+	$(BIN)/python tests/device_venv/run.py
 
 ## The performance suite; writes docs/benchmarks.md.
 bench: $(VENV)/.installed

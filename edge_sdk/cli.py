@@ -263,3 +263,5 @@ from . import cli_run  # noqa: E402,F401
 from . import cli_convert  # noqa: E402,F401
 from . import cli_explain  # noqa: E402,F401
 from . import cli_fleet  # noqa: E402,F401
+from . import cli_freeze  # noqa: E402,F401
+
