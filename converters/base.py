@@ -38,6 +38,9 @@ class SourceModel:
     sha256: str
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
+    #: Input name -> axes other than 0 that carry the batch (an ONNX dim named like some input's
+    #: dynamic dim 0, e.g. ``state [2, batch, 128]`` beside ``input [batch, 512]``).
+    batch_axes: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

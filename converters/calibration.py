@@ -7,7 +7,8 @@ Accepted forms (see :func:`load_calibration`):
 * a ``.npy`` file (one input) or a ``.npz`` file (one array per input name);
 * a folder of ``<input name>.npy`` files;
 * a folder of per-sample ``.npz`` files (one sample each, arrays without the sample axis);
-* in Python, any iterable of feed dicts ``{input: array}`` (one sample each);
+* in Python, any iterable of feed dicts ``{input: array}`` (one sample each), or one dict of
+  stacked arrays ``{input: [N, ...]}`` (as in an ``.npz``);
 * ``"random"``: uniform noise, for a smoke test only; the artifact is marked uncalibrated.
 
 Array shapes, whatever the model's own axes are (``static`` is the input's static shape):
@@ -362,6 +363,9 @@ def _read(calib, inputs, shapes, preprocess, count, streams):
         samples, unit = _samples(_random(inputs, shapes, n, streams), inputs, shapes, "random", streams)
         warnings.append("calibrated on random data (--calib random): the int8 ranges and the accuracy numbers are not meaningful")
         return samples, "random", unit, spec_used, warnings
+    if isinstance(calib, dict):  # {input: stacked array}, as in an .npz
+        samples, unit = _samples(dict(calib), inputs, shapes, "calibration arrays", streams)
+        return samples, "arrays", unit, spec_used, warnings
     if not isinstance(calib, (str, Path)):
         return _from_iterable(calib, inputs, shapes, streams) + (spec_used, warnings)
     path = Path(calib)
@@ -420,7 +424,9 @@ def _from_iterable(items: Iterable, inputs, shapes, streams) -> tuple[list, str,
 
 
 def _describe(data) -> str:
-    return str(data) if isinstance(data, (str, Path)) else f"<{type(data).__name__} of feed dicts>"
+    if isinstance(data, (str, Path)):
+        return str(data)
+    return "<dict of arrays>" if isinstance(data, dict) else f"<{type(data).__name__} of feed dicts>"
 
 
 def load_calibration(calib, inputs: list[TensorSpec], shapes: dict[str, list[int]], *, holdout_fraction: float,
@@ -430,7 +436,8 @@ def load_calibration(calib, inputs: list[TensorSpec], shapes: dict[str, list[int
 
     Args:
         calib: Path (image folder, ``.npy``, ``.npz``, folder of ``<input>.npy``, folder of
-            per-sample ``.npz``), ``"random"``, or an iterable of ``{input: array}`` dicts.
+            per-sample ``.npz``), ``"random"``, an iterable of ``{input: array}`` dicts (one
+            sample each), or a dict of stacked arrays ``{input: [N, ...]}``.
         inputs: The model's inputs (names, dtypes).
         shapes: Static shape per input.
         holdout_fraction: Part of the samples held back for the accuracy gate.

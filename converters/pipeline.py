@@ -182,7 +182,9 @@ def convert(model, profiles, out, *, calib=None, calib_count: int | None = None,
         model: Source model path (ONNX, SavedModel folder, ``.keras``/``.h5``, float ``.tflite``).
         profiles: Profile name/alias/path, or a list of them.
         out: Output folder; each profile's artifact lands in ``out/<profile-name>/``.
-        calib: Calibration data (image folder, ``.npy``, ``.npz``, folder of ``<input>.npy``) or ``"random"``.
+        calib: Calibration data: image folder, ``.npy``, ``.npz``, folder of ``<input>.npy``, folder of
+            per-sample ``.npz``, ``"random"``, a dict of stacked arrays ``{input: [N, ...]}`` or any
+            iterable of feed dicts ``{input: array}`` (one sample each; see :mod:`.calibration`).
         calib_count: Use at most this many samples.
         input_shapes: ``{name: [d0, ...]}`` or ``["name:d0,d1", ...]`` fixing dynamic dims.
         preprocess: Image preprocessing: a :class:`~edge_sdk.preprocess.PreprocessSpec`, dict or spec string.
@@ -263,12 +265,15 @@ def _convert(model, profiles, out: Path, calib, calib_count, input_shapes, prepr
     if calib is None:
         raise CalibrationError("int8 conversion needs calibration data; none was given.",
                                "Pass --calib DIR_OF_IMAGES (or .npy/.npz), or --calib random for an uncalibrated smoke test.")
+    # A Python iterable of feeds is read once: every profile (and --val) must see the same samples.
+    calib = _materialize(calib)
+    validation = _materialize(validation)
     log(f"reading {model}")
     source = read_source(model)
     log(f"source: {source.format}, inputs {[(s.name, s.shape) for s in source.inputs]}, "
         f"outputs {[(s.name, s.shape) for s in source.outputs]}")
     _check_streams(streams or [], source)
-    static = {p.name: fix_shapes(source.inputs, p.artifact.batch_size, shapes_user) for p in profs}
+    static = {p.name: fix_shapes(source.inputs, p.artifact.batch_size, shapes_user, source.batch_axes) for p in profs}
     options: dict[str, Any] = {"validation_fn": validation_fn} if validation_fn is not None else {}
     summaries: list[ProfileSummary] = []
     kinds_report: list[dict] = []
@@ -291,6 +296,17 @@ def _convert(model, profiles, out: Path, calib, calib_count, input_shapes, prepr
         log(line)
     _raise_if_failed(summary)
     return summary
+
+
+def _materialize(data):
+    """A path, ``"random"``, ``None`` or a dict as it is; any other iterable (a generator of feeds) as a list."""
+    if data is None or isinstance(data, (str, Path, dict)):
+        return data
+    try:
+        return list(data)
+    except TypeError:
+        raise CalibrationError(f"Calibration data of type {type(data).__name__} is not understood.",
+                               "Pass a path, 'random', a dict of stacked arrays, or an iterable of {input: array} dicts.") from None
 
 
 def _raise_if_failed(summary: ConvertSummary) -> None:

@@ -66,13 +66,16 @@ def _example(spec: TensorSpec, batch: int) -> str:
     return f"--input-shape {spec.name}:{','.join(dims)}"
 
 
-def fix_shapes(inputs: list[TensorSpec], batch_size: int, user: dict[str, list[int]] | None = None) -> StaticShapes:
+def fix_shapes(inputs: list[TensorSpec], batch_size: int, user: dict[str, list[int]] | None = None,
+               batch_axes: dict[str, list[int]] | None = None) -> StaticShapes:
     """Resolve a fully static shape for every input.
 
     Args:
         inputs: The source's inputs (dynamic dims are ``-1``).
         batch_size: The profile's batch size.
         user: ``--input-shape`` values by input name.
+        batch_axes: Input name -> other axes that carry the batch (named like a dim 0 in the
+            source, e.g. a recurrent state ``[layers, batch, H]``); fixed to ``batch_size`` too.
 
     Returns:
         The static shapes and what was decided.
@@ -111,6 +114,11 @@ def fix_shapes(inputs: list[TensorSpec], batch_size: int, user: dict[str, list[i
                 shape[0] = batch_size
                 result.batch_fixed.append(spec.name)
                 result.notes.append(f"input '{spec.name}': dynamic batch fixed to the profile's batch size {batch_size}")
+            for axis in (batch_axes or {}).get(spec.name, []):
+                if axis < len(shape) and shape[axis] < 0:
+                    shape[axis] = batch_size
+                    result.notes.append(f"input '{spec.name}': dim {axis} is named like the batch in the model, "
+                                        f"fixed to the profile's batch size {batch_size}")
             dyn = [i for i, d in enumerate(shape) if d < 0]
             if dyn:
                 open_dims.append(f"'{spec.name}' {src} (dynamic dims {dyn}): {_example(spec, batch_size)}")

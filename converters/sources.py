@@ -166,7 +166,23 @@ def read_source(path: str | Path) -> SourceModel:
     ins, outs = READERS.get(fmt)(path)
     if not ins or not outs:
         raise ModelLoadError(f"{path} declares no inputs or no outputs.", "Export the model with its inputs and outputs.")
-    return SourceModel(path=path, format=fmt, sha256=_hash_source(path), inputs=ins, outputs=outs)  # type: ignore[arg-type]
+    return SourceModel(path=path, format=fmt, sha256=_hash_source(path), inputs=ins, outputs=outs,  # type: ignore[arg-type]
+                       batch_axes=_onnx_batch_axes(path) if fmt == "onnx" else {})
+
+
+def _onnx_batch_axes(path: Path) -> dict[str, list[int]]:
+    """Axes past the first whose symbolic name is the batch's (the name of some input's dynamic dim 0)."""
+    onnx = require("onnx", "reading ONNX models")
+    graph = onnx.load(str(path), load_external_data=False).graph
+    inits = {i.name for i in graph.initializer}
+    dims = {v.name: list(v.type.tensor_type.shape.dim) for v in graph.input if v.name not in inits}
+    batch = {d[0].dim_param for d in dims.values() if d and d[0].dim_param}
+    out = {}
+    for name, d in dims.items():
+        axes = [i for i, x in enumerate(d) if i > 0 and x.dim_param and x.dim_param in batch and not x.dim_value]
+        if axes:
+            out[name] = axes
+    return out
 
 
 # ----------------------------------------------------------------------------- static ONNX

@@ -161,6 +161,19 @@ def test_integer_inputs_are_fed_as_they_are(tmp_path):
     assert got.dtype == np.int64 and sorted(map(tuple, got)) == sorted(map(tuple, arrays["ids"][:, 0]))
 
 
+def test_a_state_axis_named_like_the_batch_is_fixed_to_the_batch(tmp_path):
+    from edge_sdk.converters.shapes import fix_shapes
+    from edge_sdk.converters.sources import read_source
+
+    src = read_source(gru_onnx(tmp_path / "gru.onnx"))
+    assert src.batch_axes == {"state": [1]}
+    fixed = fix_shapes(src.inputs, 1, None, src.batch_axes)
+    assert fixed.shapes == {"input": [1, F], "state": [1, 1, H], "sr": []}
+    assert fix_shapes(src.inputs, 4, None, src.batch_axes).shapes["state"] == [1, 4, H]
+    with pytest.raises(Exception, match=r"'state' \[1, -1, 16\] \(dynamic dims \[1\]\)"):
+        fix_shapes(src.inputs, 1)  # without the names, the dim is open and the error says which
+
+
 # ----------------------------------------------------------------------------- slow: conversion per target
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
@@ -248,3 +261,18 @@ def test_edge_tpu_refuses_int64_inputs_at_conversion_with_alternatives(models):
     assert "'ids' (int64), 'mask' (int64) cannot be fed to coral-edgetpu" in reason
     assert "int32" in reason and "arm-cpu" in reason
     assert not (out / "coral-edgetpu").exists()
+
+
+@pytest.mark.slow
+def test_a_generator_of_feeds_calibrates_every_profile_alike(models):
+    # Read once: two profiles, one generator; both see all 40 samples.
+    out = models["root"] / "out_gen"
+    arrays = ids_arrays(40)
+    gen = ({"ids": arrays["ids"][i], "mask": arrays["mask"][i]} for i in range(40))
+    edge_sdk.convert(models["ids"], ["jetson-orin", "arm-cpu"], out, calib=gen, progress=None)
+    for prof in ("jetson-orin", "arm-cpu"):
+        cal = read_manifest(out / prof).calibration
+        assert cal["kind"] == "feeds" and cal["samples_used"] == 40 and cal["source"] == "<list of feed dicts>"
+    stacked = load_calibration(arrays, [TensorSpec("ids", [-1, S], "int64"), TensorSpec("mask", [-1, S], "int64")],
+                               {"ids": [1, S], "mask": [1, S]}, holdout_fraction=0.2)
+    assert stacked.kind == "arrays" and len(stacked.calib) + len(stacked.holdout) == 40

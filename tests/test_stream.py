@@ -154,7 +154,7 @@ def converted(tmp_path_factory):
     model = gru_cell_onnx(root / "gru_cell.onnx")
     np.savez(root / "calib.npz", input=signal(24, 25), sr=np.full(24, 16000, np.int64))
     summary = edge_sdk.convert(model, list(PROFILES), root / "out", calib=str(root / "calib.npz"),
-                               stream="stateN:state", input_shapes={"state": [LAYERS, 1, H]}, progress=None)
+                               stream="stateN:state", progress=None)  # state's dim 1 is named "batch": fixed
     return root, model, summary
 
 
@@ -180,6 +180,8 @@ def test_streamed_model_converts_records_the_stream_and_the_gate_ran_sequences(c
         assert m.calibration["sequences"]["calibration_steps"] == 19 * 25
         for fmt, report in m.accuracy["formats"].items():
             assert report["sequences"] == {"count": 5, "steps": 125, "state": "the artifact's own, carried from step to step"}
+        assert m.static_shapes["inputs"]["state"] == [LAYERS, 1, H]
+        assert any("'state': dim 1 is named like the batch" in n for n in m.static_shapes["notes"])
         sr = next(t for t in m.inputs if t.name == "sr")
         assert sr.dtype == "int64" and sr.shape == [] and sr.quantization is None
 
