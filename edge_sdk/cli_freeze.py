@@ -27,14 +27,19 @@ import click
 from .cli import cli
 from .errors import EdgeSDKError, InputValidationError
 
-try:  # packaging is pip's own dependency (vendored in pip when not installed on its own)
-    from packaging.markers import Marker, default_environment
-    from packaging.requirements import InvalidRequirement, Requirement
-except ImportError:  # pragma: no cover - a bare venv: pip is there, freeze runs it anyway
-    from pip._vendor.packaging.markers import Marker, default_environment  # type: ignore[no-redef]
-    from pip._vendor.packaging.requirements import InvalidRequirement, Requirement  # type: ignore[no-redef]
-
 DIST = "edge-sdk"
+
+
+def _packaging():
+    """packaging's Marker, default_environment, InvalidRequirement, Requirement (imported on use, so the
+    CLI starts without it; pip vendors it where it is not installed on its own)."""
+    try:
+        from packaging.markers import Marker, default_environment
+        from packaging.requirements import InvalidRequirement, Requirement
+    except ImportError:  # pragma: no cover - a bare venv: pip is there, freeze runs it anyway
+        from pip._vendor.packaging.markers import Marker, default_environment  # type: ignore[no-redef]
+        from pip._vendor.packaging.requirements import InvalidRequirement, Requirement  # type: ignore[no-redef]
+    return Marker, default_environment, InvalidRequirement, Requirement
 #: pip's wording when the index cannot be reached (connection refused, no DNS, no route, timeouts).
 _OFFLINE = re.compile(r"Could not fetch URL \S+: connection error|NewConnectionError|Failed to establish a new connection|Name or service not known|"
                       r"Temporary failure in name resolution|Network is unreachable|ConnectTimeout|"
@@ -52,6 +57,7 @@ def _requirements(extras: tuple[str, ...]) -> tuple[list[str], list[str]]:
         reqs = metadata.requires(DIST) or []
     except metadata.PackageNotFoundError as exc:  # pragma: no cover - the CLI runs from the install
         raise InputValidationError("edge-sdk's own metadata is missing.", "reinstall edge-sdk with pip") from exc
+    Requirement = _packaging()[3]
     known = sorted(set(metadata.metadata(DIST).get_all("Provides-Extra") or []))
     out: list[str] = []
     seen: set[str] = set()
@@ -86,6 +92,7 @@ def _strip_extra(marker):
     """The marker without its ``extra == "..."`` clause (None when nothing else is left)."""
     if marker is None:
         return None
+    Marker = _packaging()[0]
     text = re.sub(r'\s*(and\s+)?extra\s*==\s*"[^"]*"', "", str(marker)).strip()
     text = re.sub(r"^\s*and\s+", "", text).strip()
     return Marker(text) if text and text != "()" else None
@@ -115,6 +122,7 @@ def platform_tags(plat: str) -> list[str]:
 
 def _target_env(python: str, plat: str | None) -> dict[str, str]:
     """Marker environment of the target (for edge-sdk's own requirements; pip evaluates the rest)."""
+    default_environment = _packaging()[1]
     env = dict(default_environment())
     env["python_version"] = python
     env["python_full_version"] = python + ".0" if python.count(".") == 1 else python
@@ -134,6 +142,7 @@ def _target_env(python: str, plat: str | None) -> dict[str, str]:
 def resolve(extras: tuple[str, ...], python: str | None, plat: str | None, extra_reqs: tuple[str, ...] = (),
             index_url: str | None = None, timeout: int = 600) -> dict:
     """Resolve the lock: ``{"python", "platform", "requirements", "packages": [{name, version, sha256, url}]}``."""
+    _, _, InvalidRequirement, Requirement = _packaging()
     if python is not None and not re.fullmatch(r"3\.\d{1,2}", python):
         raise InputValidationError(f"--python {python!r} is not a version like 3.11.", "pass MAJOR.MINOR, e.g. --python 3.11")
     target_python = python or f"{sys.version_info.major}.{sys.version_info.minor}"

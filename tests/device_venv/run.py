@@ -12,7 +12,7 @@ A device installs edge-sdk with one runtime extra and no conversion stack, often
 - ``low``: every requirement of the core and of the three runtime extras pinned to its floor
   (``>=X`` -> ``==X``; see ``LOW_OVERRIDES_BY_PYTHON`` for the floors without a wheel for this Python).
 - ``low-numpy2``: the same floors with numpy 2.0.0 (the floors are chosen so that this works:
-  onnxruntime 1.17/1.18 fail to import under numpy 2).
+  onnxruntime 1.17.0/1.18.0 fail to import under numpy 2).
 
 Each venv is cached under ``~/.cache/edge-sdk-device-venv/<name>-<sha256 of its requirement
 set>`` (``EDGE_SDK_DEVICE_VENV_CACHE`` or ``--cache``), outside the clone; only the edge-sdk
@@ -104,7 +104,9 @@ def high_lock() -> str:
 
 def low_requirements(numpy: str | None = None) -> list[str]:
     """Every requirement of the core and the runtime extras at its floor (numpy at ``numpy`` if given)."""
-    from edge_sdk.cli_freeze import Requirement, _requirements, _target_env
+    from edge_sdk.cli_freeze import _packaging, _requirements, _target_env
+
+    Requirement = _packaging()[3]
 
     reqs, _ = _requirements(RUNTIME_EXTRAS)
     py = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -225,6 +227,37 @@ def check_venv(venv: Path, wheel: Path, prebuilt: Path, work: Path) -> dict:
             "seconds": round(time.perf_counter() - t0, 1)}
 
 
+OPENCV_APP = """
+import sys
+import cv2, numpy as np, edge_sdk
+frame = np.zeros((480, 640, 3), np.uint8)
+cv2.rectangle(frame, (200, 150), (330, 300), (40, 180, 250), -1)   # BGR, as VideoCapture.read() gives
+frame = cv2.GaussianBlur(frame, (5, 5), 0)
+with edge_sdk.load(sys.argv[1], head="yolov8", labels=sys.argv[2].split(",")) as model:
+    a = model.infer_image(frame, color="bgr")
+    b = model.infer_image(cv2.cvtColor(frame, cv2.COLOR_BGR2RGB), color="rgb")
+    assert list(a) == list(b)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+    assert [(d.label, d.box) for d in a.detections] == [(d.label, d.box) for d in b.detections]
+    res = list(model.pipeline(iter([frame, frame[:, ::-1].copy()]), color="bgr", max_in_flight=2))
+    assert len(res) == 2
+print("opencv", cv2.__version__, "numpy", np.__version__, "detections", len(a.detections))
+"""
+
+
+def opencv_app(venv: Path, prebuilt: Path, work: Path) -> str:
+    """A device app with OpenCV frames (numpy 2): BGR from cv2 equals cv2's own BGR->RGB conversion."""
+    sys.path.insert(0, str(REPO / "examples"))
+    import detector_model
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    det = json.loads((prebuilt / "index.json").read_text())[f"detector_{detector_model.SIZE}"]
+    out = sh([str(venv / "bin" / "python"), "-c", OPENCV_APP, str(prebuilt / det), ",".join(detector_model.LABELS)],
+             what=f"the OpenCV device app in {venv.name}", env=env, cwd=work, timeout=300)
+    return out.stdout.strip().splitlines()[-1]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cache", default=os.environ.get("EDGE_SDK_DEVICE_VENV_CACHE",
@@ -269,6 +302,8 @@ def main() -> int:
             res = check_venv(venv, wheel, prebuilt, Path(work))
             log(f"{name}: {' '.join(f'{k}=={v}' for k, v in res['versions'].items())}")
             log(f"{name}: runtime tests: {res['summary']} ({res['seconds']} s)")
+            if "opencv-python-headless" in res["versions"]:
+                log(f"{name}: OpenCV device app: {opencv_app(venv, prebuilt, Path(work))}")
             if res["rc"] != 0:
                 print(res["output"][-12000:], flush=True)
                 failures.append(name)
