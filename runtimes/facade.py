@@ -233,21 +233,36 @@ class Model:
         if self._lock is None:
             try:
                 outs = runner.infer_impl(feed)
-            except Exception:
+            except Exception as exc:
                 if not runner.is_active:  # closed by another thread mid-call
                     raise ModelLoadError("This model was closed while inferring.", "Do not close a model other threads use.") from None
-                raise
+                raise self._refused(exc) from exc
         else:
             with self._lock:
                 if not runner.is_active:  # closed by another thread while this one waited
                     raise ModelLoadError("This model is closed.", "Load it again with edge_sdk.load().")
-                outs = runner.infer_impl(feed)
+                try:
+                    outs = runner.infer_impl(feed)
+                except Exception as exc:
+                    raise self._refused(exc) from exc
         t2 = _perf()
         outputs = self._out.convert(outs, raw)
         t3 = _perf()
         return InferenceResult(
             outputs, {"preprocess": 0.0, "quantize": t_quant * 1e3, "inference": (t2 - t1) * 1e3,
                       "dequantize": (t3 - t2) * 1e3, "total": (t3 - t0) * 1e3}, *self._facts, None, self.labels)
+
+    def _refused(self, exc: Exception) -> Exception:
+        """A runtime's failure on inputs that passed the contract (shape, dtype, finite), as one
+        ``InputValidationError``: what is left is the values, e.g. a token id outside an embedding."""
+        if isinstance(exc, (InputValidationError, ModelLoadError)):
+            return exc
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+        ints = [t.name for t in self._inputs if np.dtype(t.dtype).kind in "iu" and t.quantization is None]
+        hint = (f"The inputs have the right shapes and types, so check their values: integer inputs ({', '.join(ints)}) "
+                "must be valid indices (token ids below the vocabulary size)." if ints else
+                "The inputs have the right shapes and types; the runtime refused their values.")
+        return InputValidationError(f"{self.backend} failed on these inputs: {first[:300]}", hint)
 
     def _spec(self):
         if self._preprocess is None:

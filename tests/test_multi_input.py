@@ -276,3 +276,36 @@ def test_a_generator_of_feeds_calibrates_every_profile_alike(models):
     stacked = load_calibration(arrays, [TensorSpec("ids", [-1, S], "int64"), TensorSpec("mask", [-1, S], "int64")],
                                {"ids": [1, S], "mask": [1, S]}, holdout_fraction=0.2)
     assert stacked.kind == "arrays" and len(stacked.calib) + len(stacked.holdout) == 40
+
+
+def test_bench_feeds_token_ids_that_index_any_table():
+    from edge_sdk.bench.runner import make_feed
+
+    feed = make_feed([TensorSpec("ids", [1, S], "int64"), TensorSpec("sr", [], "int64"), TensorSpec("x", [1, 4], "float32")])
+    assert feed["ids"].dtype == np.int64 and not feed["ids"].any() and feed["sr"].shape == ()
+    assert feed["x"].dtype == np.float32 and feed["x"].any()
+
+
+@pytest.mark.slow
+def test_bench_runs_an_ids_model(models, cli):
+    out = models["root"] / "out_bench"
+    edge_sdk.convert(models["ids"], "jetson-orin", out, calib=str(models["root"] / "ids.npz"), progress=None)
+    res = cli("bench", str(out / "jetson-orin"), "--runs", "10", "--warmup", "1")
+    assert res.returncode == 0, res.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_a_token_id_outside_the_table_is_an_input_error_not_a_traceback(models, cli, tmp_path):
+    from edge_sdk.errors import InputValidationError
+
+    out = models["root"] / "out_bench"  # made by test_bench_runs_an_ids_model, or here
+    if not (out / "jetson-orin").exists():
+        edge_sdk.convert(models["ids"], "jetson-orin", out, calib=str(models["root"] / "ids.npz"), progress=None)
+    bad = {"ids": np.full((1, S), V + 652, np.int64), "mask": np.ones((1, S), np.int64)}
+    with edge_sdk.load(out / "jetson-orin", backend="onnxruntime") as model, \
+            pytest.raises(InputValidationError, match="failed on these inputs") as err:
+        model.infer(bad)
+    assert "ids, mask" in err.value.hint and "vocabulary" in err.value.hint
+    np.savez(tmp_path / "bad.npz", **bad)
+    res = cli("run", str(out / "jetson-orin"), "--input", str(tmp_path / "bad.npz"))
+    assert res.returncode != 0 and "failed on these inputs" in res.stderr and "Traceback" not in res.stderr

@@ -134,12 +134,18 @@ _INT_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767),
 
 
 def make_feed(inputs: list[Any], seed: int = 0) -> dict[str, np.ndarray]:
-    """Random inputs matching the model's static input specs (the same for every run)."""
+    """Random inputs matching the model's static input specs (the same for every run).
+
+    Wide integer inputs that are not quantized tensors (token ids, masks, a sample rate) are fed
+    zeros: a random id can fall outside an embedding table, and 0 is a valid index of any.
+    """
     rng = np.random.default_rng(seed)
     feed = {}
     for spec in inputs:
         dtype = str(spec.dtype)
-        if dtype in _INT_RANGES:
+        if dtype in ("int16", "int32", "int64") and getattr(spec, "quantization", None) is None:
+            feed[spec.name] = np.zeros(spec.shape, dtype)
+        elif dtype in _INT_RANGES:
             lo, hi = _INT_RANGES[dtype]
             feed[spec.name] = rng.integers(lo, hi, size=spec.shape, endpoint=True).astype(dtype)
         elif dtype == "bool":
