@@ -100,6 +100,8 @@ class ProgressPrinter:
 @click.option("--plot", "plot_path", help='Write a PNG plot to FILE (needs the "plot" extra: matplotlib).')
 @click.option("--fail-if", "fail_if", multiple=True, help="Gate such as 'p99_ms>20' (repeatable); exit 9 when true.")
 @click.option("--no-verify", is_flag=True, help="Skip the artifact hash check (development only).")
+@click.option("--mode", type=click.Choice(["end-to-end", "backend"]), default="end-to-end", show_default=True,
+              help="backend: time the runtime call alone on inputs bound once (what benchmark_app times).")
 @click.option("--ops", is_flag=True,
               help="Also profile per operator with the runtime's own profiler (top 15 printed, all in --json).")
 @click.option("--no-crash-guard", is_flag=True,
@@ -113,7 +115,7 @@ class ProgressPrinter:
               help="With --fleet: the `edge-sdk fleet certs` folder (mutual TLS; required off loopback).")
 @click.option("--insecure", is_flag=True, help="With --fleet: allow plain TCP to a non-loopback scheduler.")
 def bench(artifacts, profile, runs, warmup, duration, threads, strict, power, interval_ms, idle_s, image, backend,
-          device, json_path, md_path, plot_path, fail_if, no_verify, ops, no_crash_guard, keys, allow_delegates,
+          device, json_path, md_path, plot_path, fail_if, no_verify, mode, ops, no_crash_guard, keys, allow_delegates,
           fleet_address, devices, tls_dir, insecure) -> None:
     """Benchmark ARTIFACTS on this device: latency, cold start, memory, power and energy.
 
@@ -132,6 +134,9 @@ def bench(artifacts, profile, runs, warmup, duration, threads, strict, power, in
         if allow_delegates:
             raise InputValidationError("--allow-external-delegate is not supported with --fleet.",
                                        "A device's delegate allow list is its own config file (docs/fleet.md).")
+        if mode != "end-to-end":
+            raise InputValidationError("--mode backend is not supported with --fleet yet.",
+                                       "Run `edge-sdk bench --mode backend` on the device itself.")
         from .cli_fleet import run_fleet_bench
 
         run_fleet_bench(artifacts, fleet_address, devices, tls_dir, insecure, json_path, md_path, plot_path,
@@ -151,7 +156,7 @@ def bench(artifacts, profile, runs, warmup, duration, threads, strict, power, in
                            backend=backend, device=device, fail_if=fail_if, verify=not no_verify,
                            sample_interval_s=interval_ms / 1000.0, progress=ProgressPrinter(),
                            crash_guard=False if no_crash_guard else None, trusted_keys=list(keys) if keys else None,
-                           allow_external_delegates=list(allow_delegates), ops=ops)
+                           allow_external_delegates=list(allow_delegates), ops=ops, mode=mode)
     for w in caught:
         if issubclass(w.category, UserWarning):
             click.echo(f"warning: {w.message}", err=True)

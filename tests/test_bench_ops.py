@@ -121,3 +121,28 @@ def test_ops_profile_leaves_the_loaded_model_usable(arts):
         assert np.array_equal(before, after)
     finally:
         m.close()
+
+
+@pytest.mark.parametrize("profile,backend,device", [("intel-cpu", "openvino", "CPU"),
+                                                    ("jetson-orin", "onnxruntime", "CPUExecutionProvider"),
+                                                    ("arm-cpu", "litert", "xnnpack")])
+def test_backend_mode_times_the_runtime_call_alone_and_is_labelled(arts, profile, backend, device, tmp_path, capsys):
+    j = tmp_path / "r.json"
+    code = main(["bench", str(arts[profile]), "--backend", backend, "--device", device, "--mode", "backend",
+                 "--runs", "20", "--warmup", "2", "--power", "none", "--json", str(j), "--markdown", str(tmp_path / "r.md")])
+    assert code == 0, capsys.readouterr().err
+    (r,) = json.loads(j.read_text())["results"]
+    assert r["mode"] == "backend" and r["runs"] == 20 and r["latency_ms"]["p50"] > 0
+    assert r["backend"].startswith(backend) and r["delegate"]
+    assert r["inference_ms"] is None  # no facade timings: the facade is not in the loop
+    assert "backend mode: the runtime call alone" in (tmp_path / "r.md").read_text()
+
+
+def test_backend_mode_with_an_image_is_a_clear_error(arts, tmp_path, capsys):
+    from PIL import Image
+
+    img = tmp_path / "x.png"
+    Image.new("RGB", (8, 8)).save(img)
+    code = main(["bench", str(arts["intel-cpu"]), "--mode", "backend", "--image", str(img), "--power", "none"])
+    err = capsys.readouterr().err
+    assert code == 3 and "--mode backend" in err and "Traceback" not in err

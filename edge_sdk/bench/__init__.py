@@ -31,7 +31,8 @@ def benchmark(artifacts: str | Path | Iterable[str | Path], *, runs: int = 100, 
               image: str | None = None, backend: str | None = None, device: str | None = None,
               fail_if: Iterable[str] = (), sample_interval_s: float = 0.02, verify: bool = True,
               progress: Progress | None = None, allow_external_delegates: Iterable[str] | None = None,
-              trusted_keys: Iterable | None = None, crash_guard: bool | None = None, ops: bool = False) -> BenchReport:
+              trusted_keys: Iterable | None = None, crash_guard: bool | None = None, ops: bool = False,
+              mode: str = "end-to-end") -> BenchReport:
     """Benchmark one or more artifacts on this device.
 
     Args:
@@ -60,6 +61,8 @@ def benchmark(artifacts: str | Path | Iterable[str | Path], *, runs: int = 100, 
             artifact that crashes the runtime is reported, not the end of the run.
         ops: Also profile each artifact per operator with its runtime's own profiler
             (``result.ops``; see :mod:`edge_sdk.bench.ops`).
+        mode: ``end-to-end`` (default: ``Model.infer``, what an application waits for) or
+            ``backend`` (the runtime call alone on inputs bound once, what vendors' tools time).
 
     Returns:
         The :class:`BenchReport` (results in argument order; skipped profiles with reasons).
@@ -78,7 +81,7 @@ def benchmark(artifacts: str | Path | Iterable[str | Path], *, runs: int = 100, 
                       power=power, idle_s=idle_s, image=image, backend=backend, device=device,
                       sample_interval_s=sample_interval_s, verify=verify, crash_guard=crash_guard,
                       allow_external_delegates=policy.allow_external_delegates,
-                      trusted_keys=policy.trusted_keys, ops=ops).check()
+                      trusted_keys=policy.trusted_keys, ops=ops, mode=mode).check()
     gates = [parse_gate(g) for g in fail_if]
     if image is not None:
         load_image(image)  # a bad --image fails now, not after the first artifact's measurements

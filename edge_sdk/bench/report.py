@@ -66,6 +66,8 @@ class BenchResult:
     samples_stride: int = 1
     #: ``bench --ops``: the per-operator profile (:class:`edge_sdk.bench.ops.OpProfile` as a dict).
     ops: dict[str, Any] | None = None
+    #: ``end-to-end`` (``Model.infer``) or ``backend`` (the runtime call alone on buffers bound once).
+    mode: str = "end-to-end"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -185,7 +187,9 @@ def to_markdown(report: BenchReport) -> str:
                 cells.append(text)
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
         runs = ", ".join(f"{r['name']}: {r['runs']} runs after {r['warmup']} warm-up"
-                         + (" (end to end with preprocessing)" if r.get("end_to_end") else "") for r in results)
+                         + (" (end to end with preprocessing)" if r.get("end_to_end") else "")
+                         + (" (backend mode: the runtime call alone on inputs bound once)"
+                            if r.get("mode") == "backend" else "") for r in results)
         lines += ["", f"Runs: {runs}."]
         if len(results) > 1:
             lines.append(f"Ratios (×) are against the first column ({results[0]['name']}).")

@@ -57,6 +57,8 @@ class BenchConfig:
         allow_external_delegates: Delegate libraries a chain may load (passed to ``load``).
         trusted_keys: Keys the manifest must be signed by (passed to ``load``).
         ops: Also take a per-operator profile (a separate profiling session after the timed loop).
+        mode: ``end-to-end`` (``Model.infer``: what an application waits for) or ``backend`` (the
+            runtime's own call on inputs bound once, what vendors' tools time; see ``backend_mode``).
     """
 
     runs: int = 100
@@ -76,6 +78,7 @@ class BenchConfig:
     allow_external_delegates: tuple[str, ...] = ()
     trusted_keys: tuple = ()
     ops: bool = False
+    mode: str = "end-to-end"
 
     def check(self) -> "BenchConfig":
         """Raises InputValidationError naming the first bad option."""
@@ -84,7 +87,10 @@ class BenchConfig:
                ("--duration", self.duration_s is not None and self.duration_s <= 0, "more than 0 seconds"),
                ("--threads", self.threads is not None and self.threads < 1, "at least 1"),
                ("--idle", self.idle_s < 0, "0 or more seconds"),
-               ("--interval-ms", not 0.001 <= self.sample_interval_s <= 10.0, "between 1 ms and 10 s")]
+               ("--interval-ms", not 0.001 <= self.sample_interval_s <= 10.0, "between 1 ms and 10 s"),
+               ("--mode", self.mode not in ("end-to-end", "backend"), "end-to-end or backend"),
+               ("--mode backend", self.mode == "backend" and self.image is not None,
+                "without --image (backend mode times the runtime call alone, no preprocessing)")]
         for opt, is_bad, want in bad:
             if is_bad:
                 raise InputValidationError(f"{opt} must be {want}.", f"Check the value given to {opt}.")
@@ -234,6 +240,11 @@ def _measure(model, target, cfg, manifest, monitor, mem, load_ms, progress) -> B
             return model.infer_image(image)
         return model.infer(feed)
 
+    if cfg.mode == "backend":
+        from .backend_mode import bound_call
+
+        once = bound_call(model)  # type: ignore[assignment]
+
     t = time.perf_counter_ns()
     res = once()
     first_ms = (time.perf_counter_ns() - t) / 1e6
@@ -280,7 +291,7 @@ def _measure(model, target, cfg, manifest, monitor, mem, load_ms, progress) -> B
         name=target.name, artifact=str(target.path),
         profile=target.profile.name if target.profile else manifest.profile.name,
         backend=getattr(res, "backend", None) or getattr(model, "backend", None),
-        delegate=getattr(res, "delegate", None),
+        delegate=getattr(res, "delegate", None) or getattr(model, "delegate", None),
         precision=str(details.get("inference_precision") or art_precision or "") or None,
         threads=cfg.threads or details.get("num_threads"),
         runs=len(lat), warmup=cfg.warmup, load_ms=load_ms, first_inference_ms=first_ms,
@@ -290,8 +301,8 @@ def _measure(model, target, cfg, manifest, monitor, mem, load_ms, progress) -> B
         rss_growth_mb=(rss_end - rss_warm) if rss_end is not None and rss_warm is not None else None,
         rss_after_load_mb=rss_loaded,
         cpu_time_s=cpu_s, cpu_utilization=cpu_s / wall_s if wall_s > 0 else 0.0, wall_s=wall_s,
-        power=monitor.result(w0, w1, len(lat)), end_to_end=image is not None,
-        fallback=bool(getattr(res, "fallback", False)),
+        power=monitor.result(w0, w1, len(lat)), end_to_end=image is not None, mode=cfg.mode,
+        fallback=bool(getattr(res, "fallback", False) or getattr(model, "fallback", False)),
         runtime={"details": {k: v for k, v in details.items() if isinstance(v, (str, int, float, bool, list))},
                  "model_sha256": getattr(res, "model_sha256", None)},
         samples_ms=[round(v, 6) for v in lat[::stride]], samples_stride=stride,
