@@ -77,6 +77,25 @@ def int8_evidence(model) -> dict[str, int]:
             "int8_initializers": sum(1 for i in model.graph.initializer if i.data_type in (TensorProto.INT8, TensorProto.UINT8))}
 
 
+#: Ops with weights: left without a DequantizeLinear on their weight, they compute in float.
+WEIGHTED_OPS = {"Conv", "ConvTranspose", "MatMul", "Gemm", "GRU", "LSTM", "RNN", "Attention", "Einsum"}
+
+
+def float_weighted_ops(model) -> list[str]:
+    """Weighted ops whose weight initializer no DequantizeLinear feeds: they run in float (e.g. a GRU,
+    which ONNX Runtime's QDQ quantizer does not quantize)."""
+    inits = {i.name for i in model.graph.initializer}
+    dq_out = {o for n in model.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    left = []
+    for n in model.graph.node:
+        if n.op_type not in WEIGHTED_OPS:
+            continue
+        weights = [i for i in n.input[1:] if i]
+        if any(i in inits for i in weights) and not any(i in dq_out for i in weights):
+            left.append(f"{n.op_type} {n.name or n.output[0]}")
+    return left
+
+
 def _tensorrt(job: ConvertJob, result: FormatResult) -> None:
     """Record how the device builds the engine; build it here when TensorRT imports."""
     if not any(s.backend == "tensorrt" or "Tensorrt" in s.accelerator for s in job.profile.runtime.chain):
@@ -288,5 +307,10 @@ def convert(job: ConvertJob) -> FormatResult:
     )
     if not result.tools["tf2onnx"] or job.source.format == "onnx":
         result.tools.pop("tf2onnx")
+    left = float_weighted_ops(qmodel)
+    if left:
+        result.warnings.append(f"Ops left in float (their weights are not quantized): {', '.join(left[:8])}"
+                               + (f" (+{len(left) - 8} more)" if len(left) > 8 else ""))
+        result.backend_options["onnx_qdq"]["float_ops"] = left
     _tensorrt(job, result)
     return result

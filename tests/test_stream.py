@@ -290,3 +290,19 @@ def test_run_takes_a_sequence_file_and_reports_each_step(converted, cli, tmp_pat
     np.savez(tmp_path / "bad.npz", input=np.zeros((12, 3), np.float32), sr=np.array(16000, np.int64))
     bad = cli("run", str(root / "out" / "jetson-orin"), "--input", str(tmp_path / "bad.npz"))
     assert bad.returncode != 0 and "Array 'input' has shape [12, 3]" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_convert_refuses_a_bad_stream_before_writing_anything(tmp_path, cli):
+    model = gru_cell_onnx(tmp_path / "cell.onnx")
+    np.savez(tmp_path / "c.npz", input=signal(4, 3), sr=np.full(4, 16000, np.int64))
+    cases = {"stateN": "is not OUTPUT:INPUT", "nope:state": "the model has no output 'nope'",
+             "stateN:sr": "output 'stateN' is float32 but input 'sr' is int64",
+             "prob:input": "output 'prob' has shape [-1, 1], input 'input' [-1, 4]"}
+    for flag, message in cases.items():
+        res = cli("convert", str(model), "--profile", "jetson-orin", "--calib", str(tmp_path / "c.npz"),
+                  "--stream", flag, "--out", str(tmp_path / "out"))
+        assert res.returncode == 3 and message in res.stderr and "Traceback" not in res.stderr, (flag, res.stderr)
+        assert not (tmp_path / "out").exists()
+    res = cli("convert", str(model), "--profile", "jetson-orin", "--calib", str(tmp_path / "c.npz"),
+              "--stream", "stateN:state", "--out", str(tmp_path / "out"), "--fleet", "tcp://127.0.0.1:9")
+    assert res.returncode == 3 and "--stream is not sent over the fleet yet" in res.stderr
