@@ -44,9 +44,11 @@ def profiles() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def profiles_list(as_json: bool) -> None:
     """List the built-in device profiles and their aliases."""
-    from .profiles import all_aliases, builtin_profiles
+    from .profiles import all_aliases, builtin_profile_errors, builtin_profiles
 
     profs = builtin_profiles()
+    for exc in builtin_profile_errors().values():  # the others still list
+        click.echo(f"warning: skipped {exc.message}" + (f" ({exc.hint})" if exc.hint else ""), err=True)
     aliases = all_aliases()
     rows = []
     for name, p in sorted(profs.items()):

@@ -13,7 +13,7 @@ from typing import Any
 from . import hostinfo
 from ._deps import version_of
 from ._version import __version__
-from .profiles import builtin_profiles
+from .profiles import builtin_profile_errors, builtin_profiles
 
 RUNTIME_DISTS = {
     "ai_edge_litert": "ai-edge-litert",
@@ -54,36 +54,27 @@ def _power_sensors() -> dict[str, Any]:
 
 
 def _profiles() -> list[dict[str, Any]]:
-    from edge_sdk.runtimes.probe import host_matches, probe_step
+    from edge_sdk.runtimes.probe import native_status
 
     rows = []
     for name, prof in sorted(builtin_profiles().items()):
-        steps = []
-        for step in prof.runtime.chain:
-            st = probe_step(step.backend, step.accelerator)
-            steps.append({
-                "backend": step.backend, "accelerator": step.accelerator, "native": step.native,
-                "available": st.available, "reason": st.reason, "fix": st.fix,
-            })
-        first = next((s for s in steps if s["available"]), None)
-        arch_ok = host_matches(prof)
-        if first is None:
-            status = "unavailable"
-        elif first["native"] and arch_ok:
-            status = "native"
-        elif first["native"]:
-            status = "emulated"
-        else:
-            status = "fallback"
-        steps_text = first and f"{first['backend']}/{first['accelerator']}"
+        ns = native_status(prof)  # the same answer load and bench use
+        steps = [{"backend": step.backend, "accelerator": step.accelerator, "native": step.native,
+                  "available": st.available, "reason": st.reason, "fix": st.fix} for step, st in ns.probes]
         rows.append({
             "profile": name,
-            "status": status,
-            "would_run_on": steps_text,
-            "host_arch_matches": arch_ok,
+            "status": ns.status,
+            "would_run_on": ns.step and f"{ns.step.backend}/{ns.step.accelerator}",
+            "host_arch_matches": ns.arch_matches,
             "chain": steps,
         })
     return rows
+
+
+def _profile_errors() -> list[dict[str, str]]:
+    """Built-in profile files that failed to load (the others are still reported)."""
+    return [{"file": name, "error": exc.message, "hint": exc.hint or ""}
+            for name, exc in sorted(builtin_profile_errors().items())]
 
 
 def collect() -> dict[str, Any]:
@@ -95,6 +86,7 @@ def collect() -> dict[str, Any]:
         "accelerators": hostinfo.accelerator_hints(),
         "power_sensors": _power_sensors(),
         "profiles": _profiles(),
+        "profile_errors": _profile_errors(),
     }
 
 
@@ -139,4 +131,6 @@ def render(report: dict[str, Any]) -> str:
                     lines.append(f"      {step['backend']}/{step['accelerator']}: {step['reason']}")
                     if step["fix"]:
                         lines.append(f"        fix: {step['fix']}")
+    for err in report.get("profile_errors", []):
+        lines.append(f"  {err['file']:14s} could not be loaded: {err['error']}" + (f" ({err['hint']})" if err["hint"] else ""))
     return "\n".join(lines)

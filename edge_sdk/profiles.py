@@ -322,21 +322,72 @@ def load_profile_file(path: str | Path) -> Profile:
     return parse_profile(data, str(path))
 
 
-@lru_cache(maxsize=1)
-def _builtin() -> dict[str, Profile]:
-    out: dict[str, Profile] = {}
-    root = resources.files("edge_sdk.device_profiles")
+def _builtin_root():
+    """Where the built-in profiles live (a folder of ``*.toml``); tests point it at a copy."""
+    return resources.files("edge_sdk.device_profiles")
+
+
+def load_profile_folder(root) -> tuple[dict[str, Profile], dict[str, ProfileError]]:
+    """Read every ``*.toml`` in ``root``, each on its own: one broken file does not hide the others.
+
+    Args:
+        root: A folder (``Path`` or an ``importlib.resources`` traversable).
+
+    Returns:
+        (profiles by canonical name, the error of each file that failed, by file name). A file
+        whose profile name repeats an earlier file's is an error too (the first one is kept).
+    """
+    profiles: dict[str, Profile] = {}
+    errors: dict[str, ProfileError] = {}
     for entry in sorted(root.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".toml"):
-            data = tomllib.loads(entry.read_text(encoding="utf-8"))
-            prof = parse_profile(data, f"built-in profile {entry.name}")
-            out[prof.name] = prof
-    return out
+        if not entry.name.endswith(".toml"):
+            continue
+        where = f"built-in profile {entry.name}"
+        try:
+            try:
+                data = tomllib.loads(entry.read_text(encoding="utf-8"))
+            except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as exc:
+                raise ProfileError(f"{where}: invalid TOML: {exc}") from None
+            prof = parse_profile(data, where)
+            if prof.name in profiles:
+                raise ProfileError(f"{where}: key 'name': '{prof.name}' is already defined by "
+                                   f"{profiles[prof.name].source}", "give each profile file its own name")
+        except ProfileError as exc:
+            errors[entry.name] = exc
+            continue
+        profiles[prof.name] = prof
+    return profiles, errors
+
+
+@lru_cache(maxsize=1)
+def _builtin_all() -> tuple[dict[str, Profile], dict[str, ProfileError]]:
+    profiles, errors = load_profile_folder(_builtin_root())
+    if errors:
+        import logging
+
+        log = logging.getLogger("edge_sdk.profiles")
+        for exc in errors.values():
+            log.warning("skipped a built-in profile: %s%s", exc.message, f" ({exc.hint})" if exc.hint else "")
+    return profiles, errors
+
+
+def _builtin() -> dict[str, Profile]:
+    return _builtin_all()[0]
 
 
 def builtin_profiles() -> dict[str, Profile]:
-    """All built-in profiles by canonical name."""
+    """All built-in profiles that load, by canonical name (see :func:`builtin_profile_errors` for the others)."""
     return dict(_builtin())
+
+
+def builtin_profile_errors() -> dict[str, ProfileError]:
+    """Built-in profile files that failed to load, by file name, each with its error (file, key, allowed values)."""
+    return dict(_builtin_all()[1])
+
+
+def _broken_builtin(key: str) -> ProfileError | None:
+    """The load error of the built-in profile file named ``key`` (``key.toml``), if that file is broken."""
+    return _builtin_all()[1].get(f"{key}.toml")
 
 
 def all_aliases() -> dict[str, str]:
@@ -369,7 +420,10 @@ def resolve_profile(name_or_path: str | Path | Profile, *, notes: list[str] | No
     if key in builtin:
         return builtin[key]
     aliases = all_aliases()
-    if key in aliases:
+    broken = _broken_builtin(aliases.get(key, key))
+    if broken is not None:
+        raise ProfileError(f"Built-in profile '{aliases.get(key, key)}' could not be loaded: {broken.message}", broken.hint)
+    if key in aliases and aliases[key] in builtin:
         if key in RETIRED and notes is not None:
             notes.append(RETIRED[key])
         return builtin[aliases[key]]

@@ -188,3 +188,65 @@ def host_matches(profile) -> bool:
     """True when the host architecture is one the profile is for (empty list: any)."""
     arch = profile.host.arch
     return not arch or hostinfo.machine() in arch
+
+
+@dataclass(frozen=True)
+class NativeStatus:
+    """Whether this host runs a profile natively: the one answer ``load``, ``bench`` and ``doctor`` share.
+
+    Attributes:
+        profile: The profile's name.
+        status: ``native`` (its first step that runs here is a native one and the host
+            architecture matches), ``emulated`` (native step, other architecture: numbers not
+            representative), ``fallback`` (only a non-native step runs) or ``unavailable``.
+        step: The first step of the chain that runs here (what ``load`` would pick), or None.
+        probes: ``(step, StepStatus)`` for every step of the chain, in chain order.
+        arch_matches: :func:`host_matches`.
+        arch: The profile's ``host.arch``.
+    """
+
+    profile: str
+    status: str
+    step: object | None
+    probes: tuple
+    arch_matches: bool
+    arch: tuple[str, ...] = ()
+
+    @property
+    def native(self) -> bool:
+        return self.status == "native"
+
+    def why_not(self) -> str | None:
+        """None when native; otherwise why not, in one line (bench's skip list)."""
+        if self.status == "native":
+            return None
+        step = self.step
+        if self.status == "emulated":
+            return (f"{step.backend}/{step.accelerator} runs here, but this host ({hostinfo.machine()}) is not a "
+                    f"'{self.profile}' device (arch {', '.join(self.arch)}); numbers would not be "
+                    "representative: pass this profile folder itself to benchmark it anyway")
+        # every step before the first that runs is unavailable (all of them when none runs)
+        upto = next((i for i, (s, _) in enumerate(self.probes) if s is step), len(self.probes))
+        reasons = [f"{s.backend}/{s.accelerator}: {st.reason}" for s, st in self.probes[:upto]]
+        if self.status == "fallback":
+            return (f"only the fallback {step.backend}/{step.accelerator} runs here "
+                    f"({'; '.join(reasons) or 'native steps unavailable'})")
+        return "nothing in its runtime chain runs here (" + "; ".join(reasons) + ")"
+
+
+def native_status(profile) -> NativeStatus:
+    """Probe every step of ``profile``'s runtime chain (:func:`probe_step`) and say whether it runs natively here.
+
+    The first step that is available is the one ``load`` runs (``strict`` stops at the first
+    non-native step), so the profile is native only when that step is a native one.
+    """
+    probes = tuple((step, probe_step(step.backend, step.accelerator)) for step in profile.runtime.chain)
+    first = next((step for step, st in probes if st.available), None)
+    arch_ok = host_matches(profile)
+    if first is None:
+        status = "unavailable"
+    elif not first.native:
+        status = "fallback"
+    else:
+        status = "native" if arch_ok else "emulated"
+    return NativeStatus(profile.name, status, first, probes, arch_ok, tuple(profile.host.arch))

@@ -24,7 +24,7 @@ from edge_sdk.profiles import Profile, RuntimeStep, resolve_profile
 from edge_sdk.registry import Registry
 
 from .base import FallbackWarning, Runner, RunnerConfig
-from .probe import host_matches, probe_step
+from .probe import native_status, probe_step
 
 if TYPE_CHECKING:  # pragma: no cover
     from edge_sdk.trust import CheckedArtifact
@@ -38,8 +38,8 @@ BACKENDS.register("tensorrt", "edge_sdk.runtimes.tensorrt:TensorRTRunner")
 
 #: The accelerator an explicit ``backend=`` without ``device=`` means when the chain has none.
 DEFAULT_ACCELERATOR = {"litert": "xnnpack", "onnxruntime": "CPUExecutionProvider", "openvino": "CPU", "tensorrt": "gpu"}
-#: Accelerators that are "just the CPU" (a profile using one is not an accelerator profile).
-CPU_ACCELERATORS = frozenset({"xnnpack", "cpu", "CPU", "CPUExecutionProvider"})
+#: Accelerator names that are "just the CPU" (a profile using one is not an accelerator profile).
+CPU_ONLY_ACCELERATORS = frozenset({"xnnpack", "cpu", "CPU", "CPUExecutionProvider"})
 
 
 @dataclass
@@ -75,6 +75,27 @@ def manifest_profile(manifest: Manifest, where: str, verify: bool = True) -> Pro
     from edge_sdk.trust import embedded_profile
 
     return embedded_profile(manifest, where, verify)
+
+
+def artifact_profile(folder: Path, check: Callable[[Path], CheckedArtifact] | None = None) -> Profile:
+    """The profile an artifact folder runs with: the one embedded in its manifest, as ``load`` runs it.
+
+    ``bench`` (budgets, power sensors), ``fleet`` and ``load`` read this one profile, never the
+    installed built-in of the same name (which may differ from what the artifact was made for).
+
+    Args:
+        folder: The artifact folder.
+        check: The trust check (``folder -> CheckedArtifact``); default: the checks ``load`` runs
+            with the user config file's policy.
+
+    Raises:
+        EdgeSDKError: the artifact fails its checks (corrupt, tampered, unsigned, edited profile ...).
+    """
+    if check is None:
+        from edge_sdk.trust import check_artifact
+
+        check = check_artifact
+    return check(folder).profile
 
 
 def resolve_folder(path: str | Path, profile: str | None, strict: bool,
@@ -123,12 +144,9 @@ def resolve_folder(path: str | Path, profile: str | None, strict: bool,
         except EdgeSDKError as exc:
             refused.append((name, exc))
             continue
-        prof = checked[name].profile
-        if not host_matches(prof):
-            continue
-        native = [s for s in prof.runtime.chain if s.native and probe_step(s.backend, s.accelerator).available]
-        if native:
-            ranked.append((native[0].accelerator in CPU_ACCELERATORS, name, folder, step_name(native[0])))
+        ns = native_status(checked[name].profile)  # the same answer doctor and bench give
+        if ns.native:
+            ranked.append((ns.step.accelerator in CPU_ONLY_ACCELERATORS, name, folder, step_name(ns.step)))
     notes = [f"profile folder '{name}' in {path} was refused: {exc.message}" for name, exc in refused]
     if not checked:
         first = refused[0][1]

@@ -5,7 +5,9 @@ An ARTIFACT argument is either an artifact folder (it holds ``manifest.json``) o
 ``--profile`` picks one; otherwise every profile this host runs *natively* is benchmarked
 and the others are reported as skipped with the reason, because numbers from a fallback
 (ONNX Runtime on the CPU standing in for TensorRT) would be mistaken for the device's.
-"Natively" is decided by :mod:`edge_sdk.runtimes.probe`, exactly as ``edge-sdk doctor`` does.
+"Natively" is decided by :func:`edge_sdk.runtimes.probe.native_status`, exactly as ``load`` and
+``edge-sdk doctor`` decide it, and each target's profile (budget, power sensors) is the one embedded
+in its manifest (:func:`edge_sdk.runtimes.select.artifact_profile`), the one ``load`` runs.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from edge_sdk import hostinfo
-from edge_sdk.errors import DelegateUnavailableError, EdgeSDKError, InputValidationError, ModelLoadError, ProfileError
+from edge_sdk.errors import DelegateUnavailableError, EdgeSDKError, InputValidationError, ModelLoadError
 from edge_sdk.manifest import MANIFEST_NAME, artifact_path, find_profile_folders, is_artifact_folder
 from edge_sdk.profiles import Profile, resolve_profile
+from edge_sdk.runtimes.probe import native_status
+from edge_sdk.runtimes.select import artifact_profile
 
 
 @dataclass(frozen=True)
@@ -41,48 +44,6 @@ class Skipped:
 
     def to_dict(self) -> dict:
         return {"name": self.name, "path": self.path, "reason": self.reason, "refused": self.refused}
-
-
-def manifest_profile(folder: Path, check=None) -> Profile | None:
-    """The profile an artifact was converted for: the built-in one by name, else the embedded spec.
-
-    Args:
-        folder: The artifact folder.
-        check: The trust check (``folder -> CheckedArtifact``); default: the checks ``load`` runs
-            with the user config file's policy.
-
-    Raises:
-        EdgeSDKError: the artifact fails its checks (corrupt, tampered, unsigned ...).
-    """
-    if check is None:
-        from edge_sdk.trust import check_artifact
-
-        check = check_artifact
-    checked = check(folder)
-    try:
-        return resolve_profile(checked.manifest.profile.name)
-    except ProfileError:
-        return checked.profile
-
-
-def native_reason(profile: Profile) -> str | None:
-    """None when the host runs ``profile`` natively; otherwise why not (for the skip list)."""
-    from edge_sdk.runtimes.probe import host_matches, probe_step
-
-    reasons = []
-    for step in profile.runtime.chain:
-        st = probe_step(step.backend, step.accelerator)
-        if st.available:
-            if not step.native:
-                return (f"only the fallback {step.backend}/{step.accelerator} runs here "
-                        f"({'; '.join(reasons) or 'native steps unavailable'})")
-            if not host_matches(profile):
-                return (f"{step.backend}/{step.accelerator} runs here, but this host ({hostinfo.machine()}) is not a "
-                        f"'{profile.name}' device (arch {', '.join(profile.host.arch)}); numbers would not be "
-                        "representative: pass this profile folder itself to benchmark it anyway")
-            return None
-        reasons.append(f"{step.backend}/{step.accelerator}: {st.reason}")
-    return "nothing in its runtime chain runs here (" + "; ".join(reasons) + ")"
 
 
 def expand(paths: list[str | Path], profile: str | None = None, check=None) -> tuple[list[Target], list[Skipped]]:
@@ -113,7 +74,7 @@ def expand(paths: list[str | Path], profile: str | None = None, check=None) -> t
     for raw in paths:
         path = artifact_path(raw)
         if is_artifact_folder(path):
-            targets.append(Target(path.name, path, wanted or manifest_profile(path, check), profile))
+            targets.append(Target(path.name, path, artifact_profile(path, check), profile))
             continue
         folders = find_profile_folders(path)
         if not folders:
@@ -126,15 +87,15 @@ def expand(paths: list[str | Path], profile: str | None = None, check=None) -> t
                 raise InputValidationError(
                     f"{path} holds no artifact for profile '{wanted.name}'.",
                     f"Profiles in it: {', '.join(sorted(folders))}.")
-            targets.append(Target(f"{path.name}/{wanted.name}", hit, wanted))
+            targets.append(Target(f"{path.name}/{wanted.name}", hit, artifact_profile(hit, check)))
             continue
         for name, folder in folders.items():
             try:
-                prof = manifest_profile(folder, check)
+                prof = artifact_profile(folder, check)
             except EdgeSDKError as exc:
                 skipped.append(Skipped(f"{path.name}/{name}", str(folder), f"refused: {exc.message}", refused=True))
                 continue
-            why = native_reason(prof)
+            why = native_status(prof).why_not()
             if why is None:
                 targets.append(Target(f"{path.name}/{name}", folder, prof))
             else:

@@ -163,10 +163,10 @@ def bench_cli_args(*, runs: int = 100, warmup: int = 10, duration_s: float | Non
 
 def _targets(artifacts: list[str | Path], profile: str | None, verify: bool, keys) -> tuple[list[tuple[str, Path, str]], list[dict]]:
     """(name, folder, profile name) per artifact folder, after the local trust check; refused ones skipped."""
-    from edge_sdk.bench.targets import manifest_profile
     from edge_sdk.errors import ModelLoadError
     from edge_sdk.manifest import artifact_path, find_profile_folders, is_artifact_folder
     from edge_sdk.profiles import resolve_profile
+    from edge_sdk.runtimes.select import artifact_profile
     from edge_sdk.trust import Policy, check_artifact
 
     policy = Policy.resolve(None, keys)
@@ -180,7 +180,7 @@ def _targets(artifacts: list[str | Path], profile: str | None, verify: bool, key
     for raw in artifacts:
         path = artifact_path(raw)
         if is_artifact_folder(path):
-            out.append((path.name, path, wanted or manifest_profile(path, check).name))
+            out.append((path.name, path, wanted or artifact_profile(path, check).name))
             continue
         folders = find_profile_folders(path)
         if not folders:
@@ -193,7 +193,7 @@ def _targets(artifacts: list[str | Path], profile: str | None, verify: bool, key
             folders = {wanted: folders[wanted]}
         for name, folder in folders.items():
             try:
-                prof = manifest_profile(folder, check).name
+                prof = artifact_profile(folder, check).name
             except EdgeSDKError as exc:
                 skipped.append({"name": f"{path.name}/{name}", "path": str(folder), "reason": f"refused: {exc.message}",
                                 "refused": True})
