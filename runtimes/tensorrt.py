@@ -146,19 +146,27 @@ class TensorRTRunner(Runner):
         engine = trt.Runtime(logger).deserialize_cuda_engine(blob)
         if engine is None:
             raise corrupt(path, "TensorRT engine (deserialization failed)")
-        self._engine, self._ctx = engine, engine.create_execution_context()
-        self._stream = _check(cudart.cudaStreamCreate())
-        self._bufs = {}
-        for i in range(engine.num_io_tensors):
-            name = engine.get_tensor_name(i)
-            shape = tuple(int(d) for d in engine.get_tensor_shape(name))
-            meta = NativeTensor(name, shape, np.dtype(trt.nptype(engine.get_tensor_dtype(name))), name)
-            nbytes = int(np.prod(shape)) * meta.dtype.itemsize
-            ptr = _check(cudart.cudaMalloc(nbytes))
-            self._bufs[name] = (ptr, nbytes)
-            self._ctx.set_tensor_address(name, ptr)
-            is_input = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
-            (self.input_metadata if is_input else self.output_metadata).append(meta)
+        inputs: list[NativeTensor] = []
+        outputs: list[NativeTensor] = []
+        self._bufs, self._stream = {}, None
+        try:
+            self._engine, self._ctx = engine, engine.create_execution_context()
+            self._stream = _check(cudart.cudaStreamCreate())
+            for i in range(engine.num_io_tensors):
+                name = engine.get_tensor_name(i)
+                shape = tuple(int(d) for d in engine.get_tensor_shape(name))
+                meta = NativeTensor(name, shape, np.dtype(trt.nptype(engine.get_tensor_dtype(name))), name)
+                nbytes = int(np.prod(shape)) * meta.dtype.itemsize
+                ptr = _check(cudart.cudaMalloc(nbytes))
+                self._bufs[name] = (ptr, nbytes)
+                self._ctx.set_tensor_address(name, ptr)
+                is_input = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
+                (inputs if is_input else outputs).append(meta)
+        except BaseException:
+            self._release()  # a failed activation leaves nothing behind (deactivate is not called for it)
+            raise
+        # Assigned, not appended: activate after deactivate gives the same metadata.
+        self.input_metadata, self.output_metadata = inputs, outputs
         self.delegate = f"gpu (sm {cc}, TensorRT {trt.__version__})"
 
     def _shipped_engine(self, trt, cc: str) -> bytes | None:
@@ -213,6 +221,22 @@ class TensorRTRunner(Runner):
         return outs
 
     def deactivate_impl(self) -> None:
-        for ptr, _ in getattr(self, "_bufs", {}).values():
-            self._cudart.cudaFree(ptr)
-        self._bufs, self._ctx, self._engine = {}, None, None
+        self._release()
+
+    def _release(self) -> None:
+        """Free everything activate made, each once: context, engine, device buffers, stream.
+
+        The context goes first (it holds the buffer addresses and needs its engine). Errors from
+        the CUDA frees are ignored: cleanup must not raise over the error that caused it.
+        """
+        rt = getattr(self, "_cudart", None)
+        self._ctx = None
+        self._engine = None
+        bufs, self._bufs = getattr(self, "_bufs", {}), {}
+        stream, self._stream = getattr(self, "_stream", None), None
+        if rt is None:
+            return
+        for ptr, _ in bufs.values():
+            rt.cudaFree(ptr)
+        if stream is not None:
+            rt.cudaStreamDestroy(stream)

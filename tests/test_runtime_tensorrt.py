@@ -165,7 +165,7 @@ def make_fake_cudart():
         return (0,)
 
     rt.cudaMalloc, rt.cudaMemcpyAsync, rt.cudaFree = malloc, memcpy, lambda p: (0,)
-    rt.cudaStreamCreate, rt.cudaStreamSynchronize = (lambda: (0, 7)), (lambda s: (0,))
+    rt.cudaStreamCreate, rt.cudaStreamSynchronize, rt.cudaStreamDestroy = (lambda: (0, 7)), (lambda s: (0,)), (lambda s: (0,))
     rt.cudaGetDeviceProperties = lambda i: (0, types.SimpleNamespace(major=8, minor=7))
     return rt
 
