@@ -104,7 +104,7 @@ def run(artifact: str, input_path: str, profile: str | None, backend: str | None
         strict: bool, threads: int | None, top_k: int, raw: bool, accept_failed_gate: bool, no_crash_guard: bool,
         keys, allow_delegates, as_json: bool) -> None:
     """Run ARTIFACT once on --input and show outputs, timings, backend and delegate."""
-    from .outputs import describe_lines, summarize
+    from .outputs import describe_lines, summarize_output
     from .runtimes.facade import load
 
     path = Path(input_path)
@@ -144,7 +144,7 @@ def run(artifact: str, input_path: str, profile: str | None, backend: str | None
             "notes": list(model.selection.notes), "details": model.details, "model_sha256": result.model_sha256,
             "timings_ms": {k: round(v, 4) for k, v in result.timings.items()},
             "accuracy_gate": (model.manifest.accuracy or {}).get("gate", "unknown"),
-            "outputs": [summarize(n, a, kinds.get(n), top_k) for n, a in result.outputs.items()],
+            "outputs": [summarize_output(n, a, kinds.get(n), top_k) for n, a in result.outputs.items()],
         }
         if stream_report is not None:
             report["stream"] = stream_report

@@ -15,7 +15,8 @@ from ._deps import version_of
 from ._version import __version__
 from .profiles import builtin_profile_errors, builtin_profiles
 
-RUNTIME_DISTS = {
+#: The runtimes doctor reports: import name -> distribution (for its version).
+RUNTIME_MODULES = {
     "ai_edge_litert": "ai-edge-litert",
     "tflite_runtime": "tflite-runtime",
     "onnxruntime": "onnxruntime",
@@ -29,7 +30,7 @@ def _runtimes() -> dict[str, Any]:
     from edge_sdk.runtimes import probe
 
     out: dict[str, Any] = {}
-    for mod, dist in RUNTIME_DISTS.items():
+    for mod, dist in RUNTIME_MODULES.items():
         version = version_of(dist)
         if mod == "onnxruntime" and version is None:
             version = version_of("onnxruntime-gpu") or version_of("onnxruntime-openvino")
@@ -103,7 +104,7 @@ def render(report: dict[str, Any]) -> str:
     lines = [f"edge-sdk {report['edge_sdk']} on {report['host']['machine']} ({report['host']['cpu_model']}, "
              f"{report['host']['cpu_count']} cores, Python {report['host']['python']})", "", "Runtimes:"]
     rt = report["runtimes"]
-    for mod in RUNTIME_DISTS:
+    for mod in RUNTIME_MODULES:
         info = rt[mod]
         lines.append(f"  {mod:16s} {info['version'] or 'not installed'}")
     if rt["onnxruntime"].get("execution_providers") is not None:

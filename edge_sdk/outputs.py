@@ -222,7 +222,7 @@ def ctc_collapse(path: np.ndarray, blank: int | None) -> list[int]:
 
 
 # ----------------------------------------------------------------------------- printing by kind
-def summarize(name: str, arr: np.ndarray, kind: OutputKind | None, top_k: int = 5,
+def summarize_output(name: str, arr: np.ndarray, kind: OutputKind | None, top_k: int = 5,
               labels: list[str] | None = None) -> dict[str, Any]:
     """A JSON-able summary of one output, by its kind (what ``edge-sdk run`` prints).
 
@@ -242,7 +242,7 @@ def summarize(name: str, arr: np.ndarray, kind: OutputKind | None, top_k: int = 
         for g in k.groups:
             part = np.take(a, range(g.start, g.stop), axis=k.axis)
             sub = OutputKind(kind=g.kind, axis=k.axis, activation=g.activation)
-            info["groups"].append(summarize(g.name, part, sub, top_k, labels))
+            info["groups"].append(summarize_output(g.name, part, sub, top_k, labels))
         return info
     if k.kind in ("scores", "logits") and a.size:
         p = activate(a, k.activation, k.axis)
@@ -275,7 +275,7 @@ def summarize(name: str, arr: np.ndarray, kind: OutputKind | None, top_k: int = 
 
 
 def describe_lines(summary: dict[str, Any], indent: str = "  ") -> list[str]:
-    """Text lines for a :func:`summarize` result (the CLI printer)."""
+    """Text lines for a :func:`summarize_output` result (the CLI printer)."""
     lines = [f"{indent}{summary['name']}: {summary['kind']} {summary['dtype']} {summary['shape']}"
              + (f" min {summary['min']:.4g} max {summary['max']:.4g}" if "min" in summary else "")]
     for rank, item in enumerate(summary.get("top_k", []), 1):
@@ -298,4 +298,4 @@ def describe_lines(summary: dict[str, Any], indent: str = "  ") -> list[str]:
 
 
 __all__ = ["ALIASES", "KINDS", "OutputGroup", "OutputKind", "activate", "canonical", "check_fits", "ctc_collapse",
-           "describe_lines", "parse_declaration", "sigmoid", "softmax", "summarize"]
+           "describe_lines", "parse_declaration", "sigmoid", "softmax", "summarize_output"]

@@ -45,7 +45,7 @@ from .trial_server import DEFAULT_TIMEOUT_S
 CACHE_ENV = "EDGE_SDK_VERIFIED_CACHE"
 GUARD_ENV = "EDGE_SDK_CRASH_GUARD"
 #: Distributions whose version keys the cache, per backend (the first installed one counts).
-RUNTIME_DISTS = {
+BACKEND_DISTS = {
     "litert": ("ai-edge-litert", "tflite-runtime", "tensorflow"),
     "onnxruntime": ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino"),
     "openvino": ("openvino",),
@@ -70,7 +70,7 @@ def guard_disabled_by_env() -> bool:
 def runtime_version(backend: str) -> str:
     from edge_sdk._deps import version_of
 
-    for dist in RUNTIME_DISTS.get(backend, ()):
+    for dist in BACKEND_DISTS.get(backend, ()):
         v = version_of(dist)
         if v:
             return f"{dist}=={v}"

@@ -17,7 +17,8 @@ from edge_sdk import hostinfo
 from edge_sdk._deps import version_of
 from edge_sdk._version import __version__
 
-RUNTIME_DISTS = ("onnxruntime", "onnxruntime-gpu", "openvino", "ai-edge-litert", "tflite-runtime", "tensorrt", "numpy")
+#: Distributions whose versions a bench report records.
+VERSION_DISTS = ("onnxruntime", "onnxruntime-gpu", "openvino", "ai-edge-litert", "tflite-runtime", "tensorrt", "numpy")
 
 
 def _clocks_mhz(pattern: str, leaf: str, per_mhz: float) -> dict[str, float]:
@@ -54,7 +55,7 @@ def nvpmodel_mode() -> str | None:
 
 
 def runtime_versions() -> dict[str, str]:
-    return {d: v for d in RUNTIME_DISTS if (v := version_of(d))}
+    return {d: v for d in VERSION_DISTS if (v := version_of(d))}
 
 
 def collect() -> dict[str, Any]:
