@@ -160,7 +160,9 @@ class InputPlan:
         # with the exact elementwise check before we complain.
         if arr.dtype == np.float32 and arr.flags.c_contiguous:
             flat = arr.reshape(-1)
-            if math.isfinite(float(np.dot(flat, flat))):
+            with np.errstate(over="ignore", invalid="ignore"):  # numpy 2 warns on the overflow it then reports
+                total = float(np.dot(flat, flat))
+            if math.isfinite(total):
                 return
         bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
         if bad:
