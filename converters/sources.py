@@ -379,8 +379,31 @@ def to_static_onnx(source: SourceModel, input_shapes: dict[str, list[int]], out:
         model = onnx.load(str(out))
     _check_names(model, source)
     model = fix_onnx_shapes(model, input_shapes)
+    name_nodes(model)
     onnx.save(model, str(out))
     return out
+
+
+def name_nodes(model) -> int:
+    """Give every unnamed node a unique name (``<op>_<index>``): recovery keeps layers float, and
+    sensitivity reports them, by node name; ``onnx.helper`` graphs often leave names empty.
+
+    Returns:
+        How many nodes were named.
+    """
+    taken = {n.name for n in model.graph.node if n.name}
+    named = 0
+    for i, node in enumerate(model.graph.node):
+        if node.name:
+            continue
+        name, k = f"{node.op_type}_{i}", 0
+        while name in taken:
+            k += 1
+            name = f"{node.op_type}_{i}_{k}"
+        node.name = name
+        taken.add(name)
+        named += 1
+    return named
 
 
 def _tf2onnx_error(source: SourceModel, exc: BaseException) -> ConversionError:

@@ -313,3 +313,20 @@ def test_a_token_id_outside_the_table_is_an_input_error_not_a_traceback(models, 
     np.savez(tmp_path / "bad.npz", **bad)
     res = cli("run", str(out / "jetson-orin"), "--input", str(tmp_path / "bad.npz"))
     assert res.returncode != 0 and "failed on these inputs" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_unnamed_onnx_nodes_get_unique_names_for_recovery():
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    from edge_sdk.converters.sources import name_nodes
+
+    g = h.make_graph([h.make_node("Relu", ["x"], ["a"]), h.make_node("Relu", ["a"], ["b"], name="Relu_1"),
+                      h.make_node("Relu", ["b"], ["y"])], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [1])], [h.make_tensor_value_info("y", T.FLOAT, [1])])
+    model = h.make_model(g)
+    assert name_nodes(model) == 2
+    names = [n.name for n in model.graph.node]
+    assert names[1] == "Relu_1" and len(set(names)) == 3 and all(names)
+    onnx.checker.check_model(model)
