@@ -306,3 +306,15 @@ def test_convert_refuses_a_bad_stream_before_writing_anything(tmp_path, cli):
     res = cli("convert", str(model), "--profile", "jetson-orin", "--calib", str(tmp_path / "c.npz"),
               "--stream", "stateN:state", "--out", str(tmp_path / "out"), "--fleet", "tcp://127.0.0.1:9")
     assert res.returncode == 3 and "--stream is not sent over the fleet yet" in res.stderr
+
+
+@pytest.mark.slow
+def test_bench_times_one_step_of_the_stream(converted):
+    from edge_sdk.bench.report import to_markdown
+
+    root, _, _ = converted
+    res = edge_sdk.benchmark(root / "out" / "jetson-orin", runs=20, warmup=2, power="none")
+    r = res.results[0]
+    assert r.runtime["stream"]["state"] == ["stateN -> state"] and r.latency_ms["count"] == 20
+    assert r.latency_ms["p50"] > 0
+    assert "per step of a stream, state carried: stateN -> state" in to_markdown(res)

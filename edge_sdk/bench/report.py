@@ -189,7 +189,9 @@ def to_markdown(report: BenchReport) -> str:
         runs = ", ".join(f"{r['name']}: {r['runs']} runs after {r['warmup']} warm-up"
                          + (" (end to end with preprocessing)" if r.get("end_to_end") else "")
                          + (" (backend mode: the runtime call alone on inputs bound once)"
-                            if r.get("mode") == "backend" else "") for r in results)
+                            if r.get("mode") == "backend" else "")
+                         + (" (per step of a stream, state carried: " + ", ".join(r["runtime"]["stream"]["state"]) + ")"
+                            if (r.get("runtime") or {}).get("stream") else "") for r in results)
         lines += ["", f"Runs: {runs}."]
         if len(results) > 1:
             lines.append(f"Ratios (×) are against the first column ({results[0]['name']}).")

@@ -235,9 +235,19 @@ def _measure(model, target, cfg, manifest, monitor, mem, load_ms, progress) -> B
     feed = make_feed(model.inputs, cfg.seed)
     image = load_image(cfg.image) if cfg.image else None
 
+    streams = [f"{s.output} -> {s.input}" for s in getattr(manifest, "streams", None) or []]
+    stepper = None
+    if streams and image is None and cfg.mode != "backend":
+        # A streamed model runs step by step: time Model.stream().step, the state fed back included.
+        stepper = model.stream()
+        states = {s.input for s in manifest.streams}
+        step_feed = {k: v for k, v in feed.items() if k not in states}
+
     def once():
         if image is not None:  # decoded once: we time resize/normalize + inference, not file I/O
             return model.infer_image(image)
+        if stepper is not None:
+            return stepper.step(step_feed)
         return model.infer(feed)
 
     if cfg.mode == "backend":
@@ -304,6 +314,8 @@ def _measure(model, target, cfg, manifest, monitor, mem, load_ms, progress) -> B
         power=monitor.result(w0, w1, len(lat)), end_to_end=image is not None, mode=cfg.mode,
         fallback=bool(getattr(res, "fallback", False) or getattr(model, "fallback", False)),
         runtime={"details": {k: v for k, v in details.items() if isinstance(v, (str, int, float, bool, list))},
-                 "model_sha256": getattr(res, "model_sha256", None)},
+                 "model_sha256": getattr(res, "model_sha256", None),
+                 **({"stream": {"state": streams, "timed": "one step of Model.stream(), the state fed back from "
+                                                          "the previous step's outputs"}} if stepper is not None else {})},
         samples_ms=[round(v, 6) for v in lat[::stride]], samples_stride=stride,
     )
