@@ -137,6 +137,15 @@ def test_a_given_initial_state_a_missing_time_axis_and_ragged_lengths_are_checke
     assert cs.kind == "npz-folder" and sorted(len(s) for s in cs.calib_sequences + cs.holdout_sequences) == [3, 5, 9]
 
 
+def test_separate_validation_sequences_feed_the_gate(tmp_path):
+    np.savez(tmp_path / "cal.npz", input=signal(6, 5), sr=np.full(6, 16000, np.int64))
+    np.savez(tmp_path / "val.npz", input=signal(3, 9, seed=4), sr=np.full(3, 8000, np.int64))
+    cs = load_calibration(tmp_path / "cal.npz", INPUTS, SHAPES, holdout_fraction=0.2, streams=[("stateN", "state")],
+                          validation=tmp_path / "val.npz")
+    assert len(cs.calib_sequences) == 6 and cs.holdout_lengths == [9, 9, 9]
+    assert int(cs.holdout_sequences[0][0]["sr"]) == 8000 and cs.info["holdout_source"].endswith("val.npz")
+
+
 def test_stream_declarations_parse_and_bad_ones_say_what_is_expected():
     assert parse_streams("stateN:state") == [("stateN", "state")]
     assert parse_streams(["h:h0,c:c0"]) == [("h", "h0"), ("c", "c0")]
