@@ -193,6 +193,11 @@ def test_kinds_from_values_when_the_graph_says_nothing():
     probs = RNG.dirichlet(np.ones(7), (4, 1))
     assert from_values(probs, [1, 7]).kind == "scores"
     assert from_values(RNG.normal(0, 1, (3, 1, 5, 5)), [1, 5, 5]) is None
+    # a log-mel spectrogram [1, 1, frames, mels] in dB is a feature map, not a mask to threshold
+    mel = RNG.normal(-20, 15, (3, 1, 1, 76, 32))
+    assert from_values(mel, [1, 1, 76, 32]).kind == "regression"
+    assert from_values(RNG.uniform(0, 1, (3, 1, 1, 64, 64)), [1, 1, 64, 64]).kind == "mask"
+    assert from_values(RNG.normal(0, 3, (3, 1, 17, 32, 32)), [1, 17, 32, 32]).kind == "heatmap"
 
 
 def test_boxes_beside_scores_are_recognised():

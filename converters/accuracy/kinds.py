@@ -149,6 +149,13 @@ def from_values(r: np.ndarray, shape: list[int]) -> OutputKind | None:
     in01 = _in01(r)
     ax = _map_axis(shape)
     if ax is not None:
+        if not in01 and shape[ax] <= 2:
+            # Masks are probabilities; an unbounded one- or two-channel map is a feature map (a
+            # spectrogram, depth): thresholding it at 0.5 would judge noise. Mask logits from a
+            # graph whose tail says nothing: declare --output NAME=mask:logits.
+            return OutputKind("regression", source="values",
+                              reason=f"a map of unbounded values ({float(r.min()):.3g}..{float(r.max()):.3g}), not "
+                                     "probabilities: judged by error relative to its range")
         return _map_kind(shape, ax, "a spatial map with values in [0, 1]" if in01 else "a spatial map", "values")
     packed = _packed_from_values(r, shape)
     if packed is not None:
