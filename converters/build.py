@@ -21,7 +21,8 @@ from edge_sdk._deps import version_of
 from edge_sdk._version import __version__
 from edge_sdk.errors import ConversionError, InputValidationError
 from edge_sdk.fsutil import staging_dir
-from edge_sdk.manifest import (Manifest, Preprocessing, ProfileRef, SourceInfo, StreamSpec, TensorSpec, file_entry,
+from edge_sdk.manifest import (Manifest, PostprocessSpec, Preprocessing, ProfileRef, SourceInfo, StreamSpec, TensorSpec,
+                               file_entry,
                                write_manifest)
 from edge_sdk.outputs import OutputKind
 from edge_sdk.profiles import Profile
@@ -198,7 +199,8 @@ def manifest_for(ctx: BuildContext, results: dict[str, FormatResult], stage: Pat
         preprocessing=Preprocessing(spec, pp.spec_hash(cs.preprocess)), tools=tools,
         accuracy={"gate": "pending"}, calibration=dict(cs.info), static_shapes=static,
         backend_options=backend_options, warnings=list(dict.fromkeys(warnings)),
-        streams=[StreamSpec(o, i) for o, i in cs.streams])
+        streams=[StreamSpec(o, i) for o, i in cs.streams],
+        postprocess=PostprocessSpec(**ctx.options["postprocess"]) if ctx.options.get("postprocess") else PostprocessSpec())
 
 
 def _record_recovery(ctx: BuildContext, manifest: Manifest, recs: dict[str, Recovery], stage: Path) -> None:

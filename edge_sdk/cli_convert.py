@@ -40,6 +40,10 @@ from .errors import ConversionError
 @click.option("--stream", "streams", multiple=True, metavar="OUT:IN[,OUT:IN]",
               help="Recurrent state: output OUT is fed back as input IN at the next step (e.g. stateN:state); "
                    "calibration and the gate run each sample as a sequence. Repeatable.")
+@click.option("--head", type=click.Choice(["yolov8", "yolov5", "classifier"]), default=None,
+              help="How the device decodes the outputs (recorded in the manifest: infer_image(...).detections).")
+@click.option("--labels", type=click.Path(dir_okay=False), default=None,
+              help="Class names, one per line (recorded in the manifest; one per class of the head).")
 @click.option("--allow-accuracy-drop", is_flag=True, help="Write the artifact even if the accuracy gate fails.")
 @click.option("--force", is_flag=True, help="Replace existing artifact folders.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
@@ -48,18 +52,20 @@ from .errors import ConversionError
 @click.option("--tls", "tls_dir", type=click.Path(file_okay=False), help="With --fleet: the `edge-sdk fleet certs` folder.")
 @click.option("--insecure", is_flag=True, help="With --fleet: allow plain TCP to a non-loopback scheduler.")
 def convert(model, profiles, out, calib, validation, calib_count, input_shapes, preprocess, outputs, metric, recover,
-            recover_budget, float_nodes, calib_method, streams, allow_accuracy_drop, force, as_json, fleet_address, tls_dir,
-            insecure):
+            recover_budget, float_nodes, calib_method, streams, head, labels, allow_accuracy_drop, force, as_json,
+            fleet_address, tls_dir, insecure):
     """Convert MODEL (ONNX, SavedModel, .keras/.h5, float .tflite) into one artifact per --profile.
 
     Every profile is attempted; each format is judged by the accuracy gate and published on its
     own. The run ends with a profile x format table; it exits 6 if something could not be
     converted, 7 if a gate failed (the other profiles and formats are still published).
     """
-    if fleet_address and streams:
+    if fleet_address and (streams or head or labels):
         from .errors import InputValidationError
 
-        raise InputValidationError("--stream is not sent over the fleet yet.", "Convert a streamed model here, without --fleet.")
+        given = [f for f, v in (("--stream", streams), ("--head", head), ("--labels", labels)) if v]
+        raise InputValidationError(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} not sent over the "
+                                   "fleet yet.", "Convert such a model here, without --fleet.")
     if fleet_address:
         _fleet_convert(model, profiles, out, calib, validation, calib_count, input_shapes, preprocess, outputs, metric,
                        recover, recover_budget, float_nodes, calib_method, allow_accuracy_drop, force, as_json,
@@ -76,7 +82,7 @@ def convert(model, profiles, out, calib, validation, calib_count, input_shapes, 
                               input_shapes=list(input_shapes), preprocess=preprocess, outputs=list(outputs),
                               metric=metric, recover=recover, recover_budget=recover_budget,
                               float_nodes=list(float_nodes), calib_method=calib_method, stream=list(streams),
-                              allow_accuracy_drop=allow_accuracy_drop, force=force)
+                              head=head, labels=labels, allow_accuracy_drop=allow_accuracy_drop, force=force)
     except ConversionError as exc:
         report = getattr(exc, "report", None)
         if as_json and report:

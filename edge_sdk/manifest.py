@@ -92,6 +92,21 @@ class Preprocessing:
 
 
 @dataclass
+class PostprocessSpec:
+    """How :meth:`Model.infer_image` decodes the outputs (``convert --head/--labels``); empty: raw outputs.
+
+    Attributes:
+        head: ``yolov8``, ``yolov5``, ``classifier`` or ``""`` (none).
+        output: The output to decode (``""``: the first).
+        labels: Class names, index order.
+    """
+
+    head: str = ""
+    output: str = ""
+    labels: list[str] = field(default_factory=list)
+
+
+@dataclass
 class StreamSpec:
     """Recurrent state: ``output`` at step t is fed back as ``input`` at step t + 1 (``--stream OUT:IN``)."""
 
@@ -120,6 +135,8 @@ class Manifest:
     warnings: list[str] = field(default_factory=list)
     #: State carried from step to step (``Model.stream()``); empty for a stateless model.
     streams: list[StreamSpec] = field(default_factory=list)
+    #: Decoding recorded at conversion (``--head``/``--labels``), used by ``load`` unless overridden.
+    postprocess: PostprocessSpec = field(default_factory=PostprocessSpec)
 
     def to_dict(self) -> dict:
         return typed.to_dict(self)
@@ -246,6 +263,7 @@ def parse_manifest(raw: bytes, folder: Path, where: str, *, verify: bool = True)
     check_identifiers(manifest, where)
     check_preprocessing(manifest, where, verify)
     check_streams(manifest, where)
+    check_postprocess(manifest, where)
     seen = set()
     for i, art in enumerate(manifest.artifacts):
         at = f"{where}: artifacts[{i}]"
@@ -271,6 +289,31 @@ def parse_manifest(raw: bytes, folder: Path, where: str, *, verify: bool = True)
                 "Copy the artifact folder again from the source; do not edit files inside it.",
             )
     return manifest
+
+
+#: Limits on recorded labels (a label file is text for people, not a payload).
+MAX_LABELS, MAX_LABEL_CHARS = 100_000, 256
+
+
+def check_postprocess(manifest: Manifest, where: str) -> None:
+    """A known head, an output of this manifest, labels that are short printable strings.
+
+    Raises:
+        ManifestError: naming what is wrong.
+    """
+    from edge_sdk.detect import HEADS
+
+    pp = manifest.postprocess
+    at = f"{where}: postprocess"
+    if pp.head not in ("", *HEADS):
+        raise ManifestError(f"{at}: unknown head '{pp.head[:40]}' (known: {', '.join(HEADS)}).",
+                            "The artifact is corrupt, or was written by a newer edge-sdk: convert it again.")
+    if pp.output and pp.output not in {t.name for t in manifest.outputs}:
+        raise ManifestError(f"{at}: output '{pp.output[:80]}' is not an output of this manifest.",
+                            "The artifact is corrupt: convert it again.")
+    if len(pp.labels) > MAX_LABELS or any(len(x) > MAX_LABEL_CHARS or not x.isprintable() for x in pp.labels):
+        raise ManifestError(f"{at}: labels must be at most {MAX_LABELS} printable names of at most "
+                            f"{MAX_LABEL_CHARS} characters.", "The artifact is corrupt: convert it again.")
 
 
 def check_streams(manifest: Manifest, where: str) -> None:

@@ -19,6 +19,8 @@ fresh arrays owned by the caller. ``close()`` while another thread is inferring 
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import threading
 import time
@@ -660,6 +662,13 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
     try:
         model = Model(folder, manifest, runner, selection, chosen["sha"],
                       LoadOptions(check_finite=check_finite, num_threads=num_threads, cache_dir=cache))
+        post = manifest.postprocess  # recorded at conversion; load(head=, labels=) overrides it
+        if head_spec is None and post.head and post.head != "classifier":
+            head_spec = as_head(post.head)
+            if post.output and head_spec is not None:
+                head_spec = dataclasses.replace(head_spec, output=post.output)
+        if label_list is None and post.labels:
+            label_list = list(post.labels)
         model.head, model.labels = head_spec, label_list
         return model
     except BaseException:
