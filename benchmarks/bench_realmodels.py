@@ -151,12 +151,12 @@ def bench_case(name: str, root: Path, work: Path) -> list[list]:
         fac, model = _facade(lite, "litert", "xnnpack", x)
         fns["fac"] = fac
         m = interleaved_medians(fns, rounds=8, per_round=5, warmup=5)
+        why = _why(model, m["fac"])
         model.close()
         flt = f"{m['float']:.3f} (fp32)" if "float" in m else "n/a (ONNX source)"
         rows.append([name, "LiteRT XNNPACK", flt, f"{m['i8']:.3f}",
                      f"{m['float'] / m['i8']:.2f}" if "float" in m else "n/a", f"{m['fac']:.3f}",
-                     f"{m['fac'] / m['i8']:.3f}", "raw Interpreter loop (no tool shipped)",
-                     "LiteRT's Python API has no op timer"])
+                     f"{m['fac'] / m['i8']:.3f}", "raw Interpreter loop (no tool shipped)", why])
     return rows
 
 

@@ -318,6 +318,9 @@ def profile_litert(cfg, interpreter) -> OpProfile:
     if delegate_nodes:
         note += f"; the {cfg.accelerator} delegate took the graph in {len(delegate_nodes)} partition(s)"
     p = OpProfile(runtime=f"litert/{cfg.accelerator}", timed=False, rows=rows, runs=0, note=note)
+    if len(delegate_nodes) == 1 and not outside:
+        p.explanation = (f"every op runs in the {cfg.accelerator} delegate (one partition): the time is its kernels' "
+                         "(no per-op times from LiteRT's Python API)")
     if delegate_nodes and outside:
         left: dict[str, int] = {}
         for r in rows:
