@@ -133,8 +133,8 @@ def decompose_prelu(model: bytes) -> tuple[bytes, int]:
     XNNPACK (LiteRT 2.1 and 2.3) does not take int8 ``PRELU``: each one stays on LiteRT's own
     kernels and cuts the delegated graph in two. On MediaPipe's BlazePalm the int8 model ran 5x
     slower than its float source (25 PReLUs, 26 partitions). Neither does it take int8 ``RELU``, so
-    the ReLU is a ``MUL`` by one with a fused ReLU (an ``ADD`` of zero is not taken either). The four ops are exact in float and XNNPACK takes
-    all of them in int8 (as does the Edge TPU compiler). The ``ADD`` writes the PReLU's own
+    the ReLU is a ``MUL`` by one with a fused ReLU (an ``ADD`` of zero is not taken either). The
+    four ops are exact in float and XNNPACK takes all of them in int8 (as does the Edge TPU compiler). The ``ADD`` writes the PReLU's own
     output tensor, so names downstream (recovery's float layers) are unchanged.
 
     Returns:
@@ -150,63 +150,71 @@ def decompose_prelu(model: bytes) -> tuple[bytes, int]:
     if not targets:
         return model, 0
 
-    def opcode(name: str) -> int:
-        code = getattr(schema.BuiltinOperator, name)
-        for i, oc in enumerate(m.operatorCodes):
-            if max(oc.builtinCode, oc.deprecatedBuiltinCode) == code:
-                return i
-        oc = schema.OperatorCodeT()
-        oc.builtinCode, oc.deprecatedBuiltinCode, oc.version = code, min(code, 127), 1
-        m.operatorCodes.append(oc)
-        return len(m.operatorCodes) - 1
-
-    def tensor_like(idx: int, suffix: str) -> int:
-        src = sg.tensors[idx]
-        t = schema.TensorT()
-        t.shape = None if src.shape is None else list(src.shape)
-        t.shapeSignature = None if src.shapeSignature is None else list(src.shapeSignature)
-        t.type = src.type
-        base = src.name.decode() if isinstance(src.name, bytes) else str(src.name)
-        t.name = f"{base}/prelu_{suffix}"
-        m.buffers.append(schema.BufferT())
-        t.buffer = len(m.buffers) - 1
-        sg.tensors.append(t)
-        return len(sg.tensors) - 1
-
-    def make(name: str, inputs: list[int], outputs: list[int], options: str | None) -> Any:
-        op = schema.OperatorT()
-        op.opcodeIndex, op.inputs, op.outputs = opcode(name), inputs, outputs
-        if options:
-            op.builtinOptionsType = getattr(schema.BuiltinOptions, options)
-            op.builtinOptions = getattr(schema, f"{options}T")()
-        return op
-
-    one_idx: list[int] = []
-
-    def one() -> int:
-        if not one_idx:
-            buf = schema.BufferT()
-            buf.data = np.frombuffer(np.ones(1, np.float32).tobytes(), np.uint8)
-            m.buffers.append(buf)
-            t = schema.TensorT()
-            t.shape, t.type, t.name, t.buffer = [1], schema.TensorType.FLOAT32, "prelu_one", len(m.buffers) - 1
-            sg.tensors.append(t)
-            one_idx.append(len(sg.tensors) - 1)
-        return one_idx[0]
-
+    edit = _Editor(schema, m, sg)
     out_ops = []
     for k, op in enumerate(sg.operators):
         if k not in targets:
             out_ops.append(op)
             continue
         x, alpha, y = int(op.inputs[0]), int(op.inputs[1]), int(op.outputs[0])
-        r, neg, scaled = tensor_like(y, "relu"), tensor_like(y, "negative"), tensor_like(y, "scaled")
-        relu = make("MUL", [x, one()], [r], "MulOptions")  # int8 RELU is not delegated; MUL's fused RELU is
+        r, neg = edit.tensor_like(y, "prelu_relu"), edit.tensor_like(y, "prelu_negative")
+        scaled = edit.tensor_like(y, "prelu_scaled")
+        relu = edit.op("MUL", [x, edit.one()], [r], "MulOptions")  # int8 RELU is not delegated; MUL's fused RELU is
         relu.builtinOptions.fusedActivationFunction = schema.ActivationFunctionType.RELU
-        out_ops += [relu, make("SUB", [x, r], [neg], "SubOptions"),
-                    make("MUL", [neg, alpha], [scaled], "MulOptions"), make("ADD", [r, scaled], [y], "AddOptions")]
+        out_ops += [relu, edit.op("SUB", [x, r], [neg], "SubOptions"),
+                    edit.op("MUL", [neg, alpha], [scaled], "MulOptions"), edit.op("ADD", [r, scaled], [y], "AddOptions")]
     sg.operators = out_ops
     return _pack(m, len(model) + 4096 * len(targets)), len(targets)
+
+
+class _Editor:
+    """New tensors, ops and opcodes for a graph rewrite (object API of the TFLite schema)."""
+
+    def __init__(self, schema, m, sg):
+        self.schema, self.m, self.sg = schema, m, sg
+        self._one: int | None = None
+
+    def opcode(self, name: str) -> int:
+        code = getattr(self.schema.BuiltinOperator, name)
+        for i, oc in enumerate(self.m.operatorCodes):
+            if max(oc.builtinCode, oc.deprecatedBuiltinCode) == code:
+                return i
+        oc = self.schema.OperatorCodeT()
+        oc.builtinCode, oc.deprecatedBuiltinCode, oc.version = code, min(code, 127), 1
+        self.m.operatorCodes.append(oc)
+        return len(self.m.operatorCodes) - 1
+
+    def tensor_like(self, idx: int, suffix: str) -> int:
+        src = self.sg.tensors[idx]
+        t = self.schema.TensorT()
+        t.shape = None if src.shape is None else list(src.shape)
+        t.shapeSignature = None if src.shapeSignature is None else list(src.shapeSignature)
+        t.type = src.type
+        base = src.name.decode() if isinstance(src.name, bytes) else str(src.name)
+        t.name = f"{base}/{suffix}"
+        self.m.buffers.append(self.schema.BufferT())
+        t.buffer = len(self.m.buffers) - 1
+        self.sg.tensors.append(t)
+        return len(self.sg.tensors) - 1
+
+    def one(self) -> int:
+        if self._one is None:
+            buf = self.schema.BufferT()
+            buf.data = np.frombuffer(np.ones(1, np.float32).tobytes(), np.uint8)
+            self.m.buffers.append(buf)
+            t = self.schema.TensorT()
+            t.shape, t.type, t.name, t.buffer = [1], self.schema.TensorType.FLOAT32, "rewrite_one", len(self.m.buffers) - 1
+            self.sg.tensors.append(t)
+            self._one = len(self.sg.tensors) - 1
+        return self._one
+
+    def op(self, name: str, inputs: list[int], outputs: list[int], options: str | None) -> Any:
+        op = self.schema.OperatorT()
+        op.opcodeIndex, op.inputs, op.outputs = self.opcode(name), inputs, outputs
+        if options:
+            op.builtinOptionsType = getattr(self.schema.BuiltinOptions, options)
+            op.builtinOptions = getattr(self.schema, f"{options}T")()
+        return op
 
 
 def _evaluate(model: bytes, ops: list, outputs: list[int]) -> dict[int, np.ndarray]:
