@@ -186,6 +186,28 @@ def text_lines(n: int, height: int = 48, width: int = 320, seed: int = 0) -> tup
 
 
 # ----------------------------------------------------------------------------- audio
+#: Samples of audio that openWakeWord's melspectrogram model turns into 76 frames: one embedding window.
+MEL_SAMPLES = 12560
+
+
+def audio_chunks(n: int, seed: int = 0, samples: int = MEL_SAMPLES) -> np.ndarray:
+    """``[n, samples]`` chunks of speech-like audio (int16 range): samples of the melspectrogram
+    model's ``[1, samples]`` input."""
+    audio = speechlike_audio(2.0 + n * 0.3, seed=seed)
+    rng = np.random.default_rng(seed)
+    out = np.empty((n, samples), np.float32)
+    for i in range(n):
+        start = int(rng.integers(0, len(audio) - samples))
+        out[i] = audio[start:start + samples]
+    return out
+
+
+def mel_to_window(mel: np.ndarray) -> np.ndarray:
+    """A melspectrogram output ``[1, 1, 76, 32]`` as the embedding model's input ``[1, 76, 32, 1]``
+    (openWakeWord's ``x / 10 + 2``)."""
+    return (np.asarray(mel, np.float32).reshape(1, -1, 32, 1) / 10.0 + 2.0).astype(np.float32)
+
+
 def speechlike_audio(seconds: float, sr: int = 16000, seed: int = 0) -> np.ndarray:
     """Synthetic voiced/unvoiced 'syllables' with gliding pitch, formants, pauses and noise.
 

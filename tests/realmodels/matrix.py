@@ -66,6 +66,53 @@ CASES = [
 ]
 
 
+#: The front end of openWakeWord's pipeline (issue #18): audio -> melspectrogram -> embedding. Its
+#: task is its consumer's (tasks.mel_task); the pipeline chains the int8 artifacts of both models.
+MEL_CASE = Case("openwakeword_melspectrogram", "melspectrogram.onnx", "input", lambda n, s: D.audio_chunks(n, seed=s),
+                lambda: T.mel_task(fetch("embedding_model.onnx")),
+                "openWakeWord's log-mel front end (STFT as Conv1D, power, mel MatMul, log); speech-like audio, "
+                "judged through the float embedding model",
+                profiles=["intel-cpu", "jetson-orin", "arm-cpu"],
+                convert_args={"input_shapes": [f"input:1,{D.MEL_SAMPLES}"]})
+EMBEDDING_CASE = "openwakeword_embedding"
+
+
+def _artifact_folder(out: Path, row: dict) -> Path:
+    return out / row["profile"] if row["status"] in ("published", "kept") else out / ".rejected" / row["profile"]
+
+
+def run_pipeline(root: Path, profiles: list[str] | None = None) -> dict[str, Any]:
+    """Convert the melspectrogram model, then chain its int8 artifact into the embedding model's
+    (converted by the ``openwakeword_embedding`` case under the same ``root``) for each profile and
+    format, and compare with the float chain on held-back audio."""
+    import warnings
+
+    mel = run_case(MEL_CASE, root, profiles)
+    emb = next(c for c in CASES if c.name == EMBEDDING_CASE)
+    emb_out, mel_out = root / emb.name / "out", root / MEL_CASE.name / "out"
+    emb_rows = {(r["profile"], r["format"]): r for r in json.loads((root / emb.name / "rows.json").read_text())}
+    audio = np.load(root / MEL_CASE.name / "val.npz")[MEL_CASE.input]
+    feeds = [{MEL_CASE.input: audio[i:i + 1]} for i in range(len(audio))]
+    mel_float, emb_float = _float_runner(fetch(MEL_CASE.model)), _float_runner(fetch(emb.model))
+    ref = [emb_float({emb.input: D.mel_to_window(next(iter(mel_float(f).values())))}) for f in feeds]
+    rows = []
+    for r in mel["rows"]:
+        e = emb_rows.get((r["profile"], r["format"]))
+        if r["status"] == "conversion_failed" or e is None or e["status"] == "conversion_failed":
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mels = _artifact_outputs(_artifact_folder(mel_out, r), r["format"], feeds, r["status"] == "gate_failed")
+            embs = _artifact_outputs(_artifact_folder(emb_out, e), e["format"],
+                                     [{emb.input: D.mel_to_window(next(iter(m.values())))} for m in mels],
+                                     e["status"] == "gate_failed")
+        verdict = T.embedding_task(ref, [dict(zip(ref[0], x.values())) for x in embs])
+        rows.append({"profile": r["profile"], "format": r["format"], "mel": r["status"], "embedding": e["status"],
+                     "published": r["status"] == "published" and e["status"] == "published",
+                     "task_passed": verdict.passed, "borderline": verdict.borderline, "task": verdict.summary})
+    return {"mel": mel, "rows": rows}
+
+
 def _float_runner(model: Path):
     if model.suffix == ".onnx":
         import onnxruntime as ort
@@ -148,6 +195,7 @@ def run_case(case: Case, root: Path, profiles: list[str] | None = None, **extra)
                            task_passed=verdict.passed, task=verdict.summary, task_figures=verdict.figures,
                            **_costs(folder, o.format))
             rows.append(row)
+    (work / "rows.json").write_text(json.dumps(rows, default=str))
     return {"case": case.name, "what": case.what, "seconds": round(seconds, 1), "rows": rows, "work": str(work),
             "kinds": summary.kinds, "profiles": [p.profile for p in summary.profiles]}
 
@@ -212,6 +260,19 @@ def markdown(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def pipeline_markdown(pipe: dict[str, Any]) -> str:
+    lines = ["## Pipeline: audio -> melspectrogram -> embedding (int8 end to end)", "",
+             "openWakeWord's two ONNX models chained as on the device: each profile's int8 melspectrogram artifact "
+             "feeds its int8 embedding artifact (published or rejected alike), compared with the float chain on "
+             "held-back speech-like audio. The melspectrogram's own verdicts are in its section above.", "",
+             "| profile | format | melspectrogram | embedding | both published | chain task |", "|---|---|---|---|---|---|"]
+    for r in pipe["rows"]:
+        task = ("pass" if r["task_passed"] else "FAIL") + (" (borderline)" if r["borderline"] else "")
+        lines.append(f"| {r['profile']} | {r['format']} | {r['mel']} | {r['embedding']} | "
+                     f"{'yes' if r['published'] else 'no'} | {task}: {r['task']} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--root", default=str(Path.home() / ".cache" / "edge-sdk-practice" / "matrix"))
@@ -232,10 +293,18 @@ def main() -> None:
         results.append(res)
         for r in res["rows"]:
             print(json.dumps({k: r.get(k) for k in ("model", "profile", "format", "status", "gate_passed", "task_passed", "task")}))
+    pipe = None
+    if not args.case or EMBEDDING_CASE in args.case or MEL_CASE.name in args.case:
+        if not (Path(args.root) / EMBEDDING_CASE / "rows.json").is_file():
+            run_case(next(c for c in CASES if c.name == EMBEDDING_CASE), Path(args.root), args.profile)
+        pipe = run_pipeline(Path(args.root), args.profile)
+        results.append(pipe["mel"])
+        for r in pipe["rows"]:
+            print(json.dumps(r))
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1, default=str))
+        Path(args.json).write_text(json.dumps({"cases": results, "pipeline": pipe}, indent=1, default=str))
     if args.write_docs:
-        (HERE.parents[1] / "docs" / "accuracy.md").write_text(markdown(results))
+        (HERE.parents[1] / "docs" / "accuracy.md").write_text(markdown(results) + "\n" + (pipeline_markdown(pipe) if pipe else ""))
 
 
 if __name__ == "__main__":

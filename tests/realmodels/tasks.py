@@ -181,3 +181,23 @@ def embedding_task(ref_outs: list[dict], test_outs: list[dict], min_cos: float =
                       f"embedding cosine mean {cos.mean():.4f} (min {cos.min():.4f}), nearest-neighbour retrieval {nn:.0%}",
                       {"cosine_mean": round(float(cos.mean()), 5), "cosine_min": round(float(cos.min()), 5), "nn": nn},
                       min(_margin(float(cos.mean()), min_cos), _margin(nn, 0.95)))
+
+
+def mel_task(embedding_onnx) -> Callable[[list[dict], list[dict]], TaskResult]:
+    """The melspectrogram front end's task is its consumer's: its float and int8 outputs go through
+    the *float* embedding model and the embeddings are compared like the embedding model's own."""
+    import onnxruntime as ort
+
+    from data import mel_to_window
+
+    sess = ort.InferenceSession(str(embedding_onnx), providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+
+    def embed(outs: list[dict]) -> list[dict]:
+        return [{"embedding": sess.run(None, {name: mel_to_window(next(iter(o.values())))})[0]} for o in outs]
+
+    def check(ref_outs: list[dict], test_outs: list[dict]) -> TaskResult:
+        res = embedding_task(embed(ref_outs), embed(test_outs))
+        res.summary = "through the float embedding model: " + res.summary
+        return res
+    return check

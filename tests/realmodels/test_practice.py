@@ -97,3 +97,18 @@ def test_onnx_int8_on_x86_computes_what_the_device_computes(results):
     assert cos.min() > 0.999, cos
     if X86:
         assert "s8s8" in str(details), details
+
+
+def test_melspectrogram_to_embedding_pipeline(results):
+    """openWakeWord's two ONNX models chained int8 end to end (issue #18): each profile's int8
+    melspectrogram artifact feeds its int8 embedding artifact. Where both are published the chain
+    does the embedding task; the melspectrogram's own gate agrees with its downstream task."""
+    root = Path(results[matrix.EMBEDDING_CASE]["work"]).parent
+    pipe = matrix.run_pipeline(root)
+    assert {r["profile"] for r in pipe["rows"]} == {"intel-cpu", "jetson-orin", "arm-cpu"}, pipe["rows"]
+    bad = [r for r in pipe["rows"] if r["published"] and not r["task_passed"] and not r["borderline"]]
+    assert not bad, bad
+    assert any(r["published"] for r in pipe["rows"]), pipe["rows"]
+    disagree = [(r["profile"], r["format"], r["gate_passed"], r["task"]) for r in pipe["mel"]["rows"]
+                if r["status"] != "conversion_failed" and r["gate_passed"] != r["task_passed"] and not r["borderline"]]
+    assert not disagree, disagree
