@@ -94,11 +94,12 @@ class MissingDependencyError(EdgeSDKError):
 
     exit_code = 8
 
-    def __init__(self, module: str, extra: str, purpose: str = ""):
+    def __init__(self, module: str, extra: str, purpose: str = "", *, message: str | None = None,
+                 hint: str | None = None):
         what = f" (needed for {purpose})" if purpose else ""
         super().__init__(
-            f"Python module '{module}' is not installed{what}.",
-            f'pip install "edge-sdk[{extra}]"',
+            message or f"Python module '{module}' is not installed{what}.",
+            hint or f'pip install "edge-sdk[{extra}]"',
         )
         self.module = module
         self.extra = extra

@@ -26,6 +26,23 @@ GPU_DELEGATE_LIB = "libtensorflowlite_gpu_delegate.so"
 EDGETPU_OP = "edgetpu-custom-op"
 
 
+def numpy_abi_problem(tflite_runtime_version: str, numpy_version: str) -> str | None:
+    """Why this tflite-runtime cannot run with this numpy, or None.
+
+    tflite-runtime wheels stop at 2.14 (2023) and were built against numpy 1: under numpy 2 the
+    import works and every interpreter call fails inside ``CreateWrapperFromFile`` with a bare
+    ``SystemError``. Found by the aarch64 check once the core allowed numpy 2.
+    """
+    def major_minor(v: str) -> tuple[int, int]:
+        parts = [int(x) for x in v.split(".")[:2] if x.isdigit()]
+        return (parts + [0, 0])[0], (parts + [0, 0])[1]
+
+    if major_minor(numpy_version)[0] >= 2 and major_minor(tflite_runtime_version) < (2, 15):
+        return (f"tflite-runtime {tflite_runtime_version} was built against numpy 1 and cannot run with numpy "
+                f"{numpy_version} (its interpreter fails to load any model).")
+    return None
+
+
 def interpreter_module():
     """The first importable module providing ``Interpreter`` and ``load_delegate``.
 
@@ -38,6 +55,14 @@ def interpreter_module():
             mod = importlib.import_module("tensorflow").lite if name == "tensorflow.lite" else importlib.import_module(name)
         except ImportError:
             continue
+        if name.startswith("tflite_runtime"):
+            from edge_sdk._deps import version_of
+
+            problem = numpy_abi_problem(version_of("tflite-runtime") or "0", np.__version__)
+            if problem:
+                raise MissingDependencyError("numpy<2", "litert", message=problem,
+                                             hint='pip install "numpy<2" next to tflite-runtime, or use LiteRT '
+                                                  'instead: pip install "edge-sdk[litert]"')
         if name == "tensorflow.lite":
             # tf.lite keeps load_delegate under experimental.
             return types.SimpleNamespace(Interpreter=mod.Interpreter,

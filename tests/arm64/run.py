@@ -63,7 +63,7 @@ VENVS = [
      "cases": [("arm-cpu", "tflite-int8", "litert", {**LITERT, "interpreter": "ai_edge_litert.interpreter"}),
                ("coral-edgetpu", "tflite-int8", None, {**LITERT, "fallback": True, "strict_refusal": True,
                                                        "interpreter": "ai_edge_litert.interpreter"})]},
-    {"name": "tflite-runtime", "extra": None, "reqs": ["tflite-runtime==2.14.0"], "dist": "tflite-runtime",
+    {"name": "tflite-runtime", "extra": None, "reqs": ["tflite-runtime==2.14.0", "numpy<2"], "dist": "tflite-runtime",
      "doctor": {"arm-cpu": "native"},
      "cases": [("arm-cpu", "tflite-int8", "litert", {**LITERT, "interpreter": "tflite_runtime.interpreter"}),
                ("coral-edgetpu", "tflite-int8", None, {**LITERT, "fallback": True, "strict_refusal": True,
