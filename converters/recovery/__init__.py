@@ -338,6 +338,10 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
             return cand
         if cand is not None and cand.score > best.score:
             best = cand
+    if ctx.profile.operators.compiler == "edgetpu_compiler":
+        # A float op type anywhere cuts the TPU graph at its first occurrence (BlazePalm's Coral
+        # candidate fell to a 1% TPU share): on the Edge TPU only the CPU tail may be float.
+        return best
     # The noise is spread over many layers of a few kinds (a transformer's norms and attention):
     # keep the op types that gather the most of it float.
     totals: dict[str, float] = {}

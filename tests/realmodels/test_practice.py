@@ -56,6 +56,15 @@ def test_cpu_profiles_published(results, name):
             assert any(p == profile for p, _ in published), (profile, results[name]["rows"])
 
 
+@pytest.mark.parametrize("name", list(CASES))
+def test_edge_tpu_recovery_keeps_only_a_cpu_tail_float(results, name):
+    """On the Edge TPU a float op anywhere leaves the TPU from there on: recovery may keep layers of
+    the graph's tail float, never whole op types (which gave BlazePalm a 1% TPU share)."""
+    for r in results[name]["rows"]:
+        if r["profile"] == "coral-edgetpu" and r["status"] != "conversion_failed":
+            assert not r.get("float_types"), (r["recipe"], r["float_types"])
+
+
 @pytest.mark.parametrize("name", ["palm_detection_lite", "face_landmark", "iris_landmark", "openwakeword_embedding_tflite"])
 def test_float_tflite_sources_take_no_onnx_detour(results, name):
     for r in results[name]["rows"]:
