@@ -61,14 +61,16 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    target = _LAZY.get(name)
-    if target is None:
-        raise AttributeError(f"module 'edge_sdk' has no attribute {name!r}")
-    mod, _, attr = target.partition(":")
-    value = getattr(importlib.import_module(mod), attr)
-    globals()[name] = value
-    return value
+if not TYPE_CHECKING:  # hidden from type checkers: a module __getattr__ would make `edge_sdk.lod` valid to mypy
+
+    def __getattr__(name: str):
+        target = _LAZY.get(name)
+        if target is None:
+            raise AttributeError(f"module 'edge_sdk' has no attribute {name!r}")
+        mod, _, attr = target.partition(":")
+        value = getattr(importlib.import_module(mod), attr)
+        globals()[name] = value
+        return value
 
 
 __all__ = [

@@ -6,8 +6,9 @@ pyproject.toml: ``converters/`` -> ``edge_sdk/converters`` and so on) as a tree 
 points ``MYPYPATH`` at it. Only the example is checked; everything it imports is followed silently
 (``--follow-imports=silent``), which takes a few seconds here.
 
-The test can fail: the same app with the typo ``model.infer_imag(...)`` and with a ``Detection``
-score used as a string must both be reported; if ``edge_sdk.load`` were ``Any`` to mypy they would not.
+The test can fail: the same app with the typo ``model.infer_imag(...)``, with ``edge_sdk.lod(...)``
+and with a ``Detection`` score used as a string must each be reported; if ``edge_sdk.load`` were
+``Any`` to mypy, or the package's ``__getattr__`` visible to it, they would not.
 """
 
 from __future__ import annotations
@@ -104,6 +105,8 @@ def test_mypy_passes_on_a_device_app(tmp_path: Path, pkgs: Path) -> None:
     (("model.infer_image(first", "model.infer_imag(first"), '"Model" has no attribute "infer_imag"; maybe "infer_image"?'),
     (("found.append((det.label, det.score))", "found.append((det.label, det.score.upper()))"),
      '"float" has no attribute "upper"'),
+    # the package's lazy names go through a module __getattr__ at run time only: to mypy a typo is an error
+    (("edge_sdk.load(artifact", "edge_sdk.lod(artifact"), 'Module has no attribute "lod"'),
 ])
 def test_mypy_reports_mistakes(tmp_path: Path, pkgs: Path, bad: tuple[str, str], expected: str) -> None:
     old, new = bad
@@ -112,3 +115,14 @@ def test_mypy_reports_mistakes(tmp_path: Path, pkgs: Path, bad: tuple[str, str],
     assert rc == 1, out
     assert expected in out, out
     assert "device_app.py:" in out and "1 error in 1 file" in out, out
+
+
+def test_lazy_names_still_resolve_at_run_time() -> None:
+    """Hiding ``__getattr__`` from type checkers changes nothing at run time: lazy import, same error."""
+    code = ("import sys, edge_sdk\n"
+            "assert 'edge_sdk.runtimes.facade' not in sys.modules\n"
+            "assert edge_sdk.load.__module__ == 'edge_sdk.runtimes.facade'\n"
+            "try:\n    edge_sdk.lod\nexcept AttributeError as exc:\n    print(exc)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "module 'edge_sdk' has no attribute 'lod'", proc.stdout
