@@ -16,22 +16,105 @@ import traceback
 import click
 
 from ._version import __version__
-from .errors import EdgeSDKError, exit_code_for
-
-_STATE = {"debug": False}
-
+from .errors import EdgeSDKError, InputValidationError, exit_code_for
 
 def emit_json(data) -> None:
     """Print ``data`` as JSON on stdout (the one JSON writer used by every command)."""
     click.echo(json.dumps(data, indent=2, default=str))
 
 
+def check_output_path(path: str, option: str) -> None:
+    """Refuse a report path that cannot be written, before the run (by creating and removing a file there).
+
+    Raises:
+        InputValidationError: the folder is missing or not writable, or the path is a folder.
+    """
+    import os
+    import tempfile
+    from pathlib import Path
+
+    target = Path(path)
+    if target.is_dir():
+        raise InputValidationError(f"{option} {path}: is a folder; give a file name.",
+                                   f"e.g. {option} {target / 'bench.out'}")
+    parent = target.parent if str(target.parent) else Path(".")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".edge-sdk-write-test-", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise InputValidationError(f"{option} {path}: cannot write there ({exc.strerror or exc}).",
+                                   "Pick a path in an existing, writable folder.") from None
+
+
+def write_json_out(data, path: str) -> None:
+    """Write ``data`` as JSON to ``path`` atomically (``--json-out``) and say so on stderr."""
+    from .fsutil import atomic_write_bytes
+
+    atomic_write_bytes(path, (json.dumps(data, indent=2, default=str) + "\n").encode())
+    click.echo(f"wrote {path}", err=True)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="edge-sdk")
 @click.option("--debug", is_flag=True, help="Show full tracebacks for errors.")
-def cli(debug: bool) -> None:
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
     """edge-sdk: convert a model for a device, run it, and measure it there."""
-    _STATE["debug"] = debug
+    ctx.ensure_object(dict)["debug"] = debug  # read back by main() when an error ends the command
+
+
+class BackendChoice(click.Choice):
+    """``--backend`` values: the registered backends, read when first needed (``--help`` or parsing),
+    so a backend registered by a plugin appears without an edit here and ``edge-sdk --help`` imports
+    no runtime code."""
+
+    def __init__(self) -> None:
+        super().__init__((), case_sensitive=False)
+
+    @property  # type: ignore[override]
+    def choices(self):  # noqa: D102 - click reads this attribute
+        from .runtimes.select import BACKENDS
+
+        return tuple(BACKENDS.names())
+
+    @choices.setter
+    def choices(self, _value) -> None:  # click's __init__ assigns it; the registry is the source
+        pass
+
+
+def runtime_options(*, what: str):
+    """The options that pick what runs, declared once for ``run`` and ``bench``.
+
+    ``--profile``, ``--backend`` (choices from the backend registry), ``--device``, ``--strict``
+    and ``--threads`` (at least 1). ``what`` names the command's subject in the help text.
+    """
+
+    def deco(f):
+        for opt in reversed([
+            click.option("--profile", default=None,
+                         help=f"Pick this profile from a `convert` output folder (name, alias or .toml) to {what}."),
+            click.option("--backend", type=BackendChoice(), default=None,
+                         help="Force this backend; no fallback."),
+            click.option("--device", default=None,
+                         help="Force this delegate / execution provider / OpenVINO device; no fallback."),
+            click.option("--strict", is_flag=True,
+                         help="Fail (exit 5) instead of falling back from the profile's accelerator."),
+            click.option("--threads", type=click.IntRange(min=1), default=None,
+                         help="CPU threads for the runtime (default: the runtime's own)."),
+        ]):
+            f = opt(f)
+        return f
+
+    return deco
+
+
+def output_options(f):
+    """``--json`` (a flag: print JSON on stdout instead of text) and ``--json-out FILE`` (also write it),
+    one meaning in every command that has them."""
+    f = click.option("--json-out", "json_out", metavar="FILE", default=None,
+                     help="Also write the JSON report to FILE.")(f)
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout instead of text.")(f)
 
 
 # ----------------------------------------------------------------------------- profiles
@@ -226,8 +309,9 @@ def keygen(out: str, force: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the CLI and map errors to exit codes in one place."""
+    state = {"debug": False}  # the click context's obj: the group callback sets "debug"
     try:
-        cli.main(args=argv, prog_name="edge-sdk", standalone_mode=False)
+        cli.main(args=argv, prog_name="edge-sdk", standalone_mode=False, obj=state)
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.exceptions.Abort:
@@ -237,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         exc.show()
         return exc.exit_code
     except EdgeSDKError as exc:
-        if _STATE["debug"]:
+        if state.get("debug"):
             traceback.print_exc()
         click.echo(f"error: {exc.message}", err=True)
         if exc.hint:

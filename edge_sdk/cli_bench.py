@@ -14,32 +14,8 @@ import warnings
 
 import click
 
-from .cli import cli, emit_json, trust_options
+from .cli import check_output_path, cli, emit_json, output_options, runtime_options, trust_options
 from .errors import BenchmarkGateError, InputValidationError, ModelLoadError
-
-
-def check_output_path(path: str, option: str) -> None:
-    """Refuse a report path that cannot be written, before the run (by creating and removing a file there).
-
-    Raises:
-        InputValidationError: the folder is missing or not writable, or the path is a folder.
-    """
-    import os
-    import tempfile
-    from pathlib import Path
-
-    target = Path(path)
-    if target.is_dir():
-        raise InputValidationError(f"{option} {path}: is a folder; give a file name.",
-                                   f"e.g. {option} {target / 'bench.out'}")
-    parent = target.parent if str(target.parent) else Path(".")
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".edge-sdk-write-test-", dir=parent)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise InputValidationError(f"{option} {path}: cannot write there ({exc.strerror or exc}).",
-                                   "Pick a path in an existing, writable folder.") from None
 
 
 class ProgressPrinter:
@@ -79,23 +55,36 @@ class ProgressPrinter:
             self._drawn = not finished
 
 
+def legacy_json_file(artifacts) -> None:
+    """Catch the old ``bench ... --json FILE`` / ``--json -`` form: ``--json`` is now a flag, so FILE
+    would be read as one more artifact.
+
+    Raises:
+        InputValidationError: an artifact argument is ``-`` or a ``.json`` file name that is not an artifact.
+    """
+    from pathlib import Path
+
+    for a in artifacts:
+        p = Path(a)
+        if a == "-" or (p.suffix.lower() == ".json" and not p.is_dir()):
+            raise InputValidationError(
+                f"'{a}' is not an artifact: `--json` is a flag (print the JSON report instead of the table).",
+                "Write the report to a file with --json-out FILE; print it with --json.")
+
+
 @cli.command("bench")
 @click.argument("artifacts", nargs=-1, required=True, type=click.Path())
-@click.option("--profile", help="Pick this profile from a `convert` output folder (name, alias or .toml).")
+@runtime_options(what="bench")
 @click.option("--runs", type=int, default=100, show_default=True, help="Timed inferences.")
 @click.option("--warmup", type=int, default=10, show_default=True, help="Untimed inferences after the cold one.")
 @click.option("--duration", type=float, help="Run the timed loop for S seconds instead of --runs.")
-@click.option("--threads", type=int, help="CPU threads for the runtime.")
-@click.option("--strict", is_flag=True, help="Fail instead of falling back from the profile's accelerator.")
 @click.option("--power", default="auto", show_default=True,
               help='auto|none|rapl|ina3221|tegrastats|nvml|hwmon|cmd:"COMMAND printing watts".')
 @click.option("--interval-ms", type=float, default=20.0, show_default=True,
               help="Power/memory sampling period; keep it shorter than the load's changes (aliasing).")
 @click.option("--idle", "idle_s", type=float, default=0.0, help="Seconds of idle baseline before the timed loop.")
 @click.option("--image", type=click.Path(dir_okay=False), help="Time preprocessing of this image + inference (end to end).")
-@click.option("--backend", help="Force a backend (litert, onnxruntime, openvino, tensorrt).")
-@click.option("--device", help="Force a device / delegate / execution provider.")
-@click.option("--json", "json_path", help="Write the JSON report to FILE ('-': print it instead of the table).")
+@output_options
 @click.option("--markdown", "md_path", help="Write the Markdown table to FILE.")
 @click.option("--plot", "plot_path", help='Write a PNG plot to FILE (needs the "plot" extra: matplotlib).')
 @click.option("--fail-if", "fail_if", multiple=True, help="Gate such as 'p99_ms>20' (repeatable); exit 9 when true.")
@@ -115,7 +104,7 @@ class ProgressPrinter:
               help="With --fleet: the `edge-sdk fleet certs` folder (mutual TLS; required off loopback).")
 @click.option("--insecure", is_flag=True, help="With --fleet: allow plain TCP to a non-loopback scheduler.")
 def bench(artifacts, profile, runs, warmup, duration, threads, strict, power, interval_ms, idle_s, image, backend,
-          device, json_path, md_path, plot_path, fail_if, no_verify, mode, ops, no_crash_guard, keys, allow_delegates,
+          device, as_json, json_out, md_path, plot_path, fail_if, no_verify, mode, ops, no_crash_guard, keys, allow_delegates,
           fleet_address, devices, tls_dir, insecure) -> None:
     """Benchmark ARTIFACTS on this device: latency, cold start, memory, power and energy.
 
@@ -123,7 +112,8 @@ def bench(artifacts, profile, runs, warmup, duration, threads, strict, power, in
     """
     from .bench import benchmark, to_markdown
 
-    for opt, path in (("--json", None if json_path == "-" else json_path), ("--markdown", md_path), ("--plot", plot_path)):
+    legacy_json_file(artifacts)
+    for opt, path in (("--json-out", json_out), ("--markdown", md_path), ("--plot", plot_path)):
         if path:  # an unwritable report path fails now, not after minutes of measuring
             check_output_path(path, opt)
     if plot_path:  # likewise a missing matplotlib
@@ -139,7 +129,7 @@ def bench(artifacts, profile, runs, warmup, duration, threads, strict, power, in
                                        "Run `edge-sdk bench --mode backend` on the device itself.")
         from .cli_fleet import run_fleet_bench
 
-        run_fleet_bench(artifacts, fleet_address, devices, tls_dir, insecure, json_path, md_path, plot_path,
+        run_fleet_bench(artifacts, fleet_address, devices, tls_dir, insecure, as_json, json_out, md_path, plot_path,
                         profile=profile, runs=runs, warmup=warmup, duration_s=duration, threads=threads, strict=strict,
                         power=power, idle_s=idle_s, backend=backend, device=device, fail_if=fail_if,
                         sample_interval_s=interval_ms / 1000.0, verify=not no_verify,
@@ -160,13 +150,13 @@ def bench(artifacts, profile, runs, warmup, duration, threads, strict, power, in
     for w in caught:
         if issubclass(w.category, UserWarning):
             click.echo(f"warning: {w.message}", err=True)
-    if json_path == "-":
+    if as_json:
         emit_json(report.to_dict())
     else:
         click.echo(to_markdown(report))
-        if json_path:
-            report.write_json(json_path)
-            click.echo(f"wrote {json_path}", err=True)
+    if json_out:
+        report.write_json(json_out)
+        click.echo(f"wrote {json_out}", err=True)
     if md_path:
         report.write_markdown(md_path)
         click.echo(f"wrote {md_path}", err=True)

@@ -109,8 +109,8 @@ def fleet_certs(folder: str, hosts, days: int, force: bool) -> None:
                "workstation: ca.pem + client.pem/.key. Keep ca.key off the devices.")
 
 
-def run_fleet_bench(artifacts, address: str, devices: str, tls_dir, insecure: bool, json_path, md_path, plot_path,
-                    **options) -> None:
+def run_fleet_bench(artifacts, address: str, devices: str, tls_dir, insecure: bool, as_json: bool, json_out, md_path,
+                    plot_path, **options) -> None:
     """``edge-sdk bench ... --fleet ADDRESS``: bench on the fleet, print and write the reports.
 
     Raises:
@@ -125,13 +125,13 @@ def run_fleet_bench(artifacts, address: str, devices: str, tls_dir, insecure: bo
                    progress=lambda line: click.echo(line, err=True), **options)
     for w in report.environment.get("warnings", []):
         click.echo(f"warning: {w}", err=True)
-    if json_path == "-":
+    if as_json:
         emit_json(report.to_dict())
     else:
         click.echo(report.to_markdown())
-        if json_path:
-            report.write_json(json_path)
-            click.echo(f"wrote {json_path}", err=True)
+    if json_out:
+        report.write_json(json_out)
+        click.echo(f"wrote {json_out}", err=True)
     if md_path:
         report.write_markdown(md_path)
         click.echo(f"wrote {md_path}", err=True)

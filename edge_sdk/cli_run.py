@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from .cli import cli, emit_json, trust_options
+from .cli import check_output_path, cli, emit_json, output_options, runtime_options, trust_options, write_json_out
 from .errors import InputValidationError
 
 
@@ -88,26 +88,24 @@ def sequence_steps(model, feed) -> list[dict] | None:
 @click.option("--input", "input_path", required=True, type=click.Path(dir_okay=False),
               help="An image (preprocessed as recorded in the manifest), a .npy, or a .npz of named inputs; "
                    "for a streamed artifact a .npz of [T, ...] arrays runs T steps with the state carried.")
-@click.option("--profile", default=None, help="Profile to run from a multi-profile convert output folder.")
-@click.option("--backend", default=None, help="Run this backend (litert, onnxruntime, openvino, tensorrt); no fallback.")
-@click.option("--device", default=None, help="Run this delegate / execution provider / OpenVINO device; no fallback.")
-@click.option("--strict", is_flag=True, help="Fail (exit 5) instead of falling back from the profile's accelerator.")
-@click.option("--threads", type=int, default=None, help="CPU threads for the runtime.")
+@runtime_options(what="run")
 @click.option("--top-k", type=int, default=5, show_default=True, help="Classes to show for class-score outputs.")
 @click.option("--raw", is_flag=True, help="Pass int8/uint8 tensors through without (de)quantizing.")
 @click.option("--accept-failed-gate", is_flag=True,
               help="With --strict, still run an artifact whose accuracy gate failed (kept with --allow-accuracy-drop).")
 @click.option("--no-crash-guard", is_flag=True, help="Skip the first-load trial in a child process (development only).")
 @trust_options()
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@output_options
 def run(artifact: str, input_path: str, profile: str | None, backend: str | None, device: str | None,
         strict: bool, threads: int | None, top_k: int, raw: bool, accept_failed_gate: bool, no_crash_guard: bool,
-        keys, allow_delegates, as_json: bool) -> None:
+        keys, allow_delegates, as_json: bool, json_out: str | None) -> None:
     """Run ARTIFACT once on --input and show outputs, timings, backend and delegate."""
     from .outputs import describe_lines, summarize_output
     from .runtimes.facade import load
 
     path = Path(input_path)
+    if json_out:
+        check_output_path(json_out, "--json-out")
     if not path.is_file():
         raise InputValidationError(f"Input file not found: {path}", "Pass an image, a .npy or a .npz file.")
     with warnings.catch_warnings(record=True) as caught:
@@ -148,6 +146,8 @@ def run(artifact: str, input_path: str, profile: str | None, backend: str | None
         }
         if stream_report is not None:
             report["stream"] = stream_report
+    if json_out:
+        write_json_out(report, json_out)
     if as_json:
         emit_json(report)
         return

@@ -24,7 +24,7 @@ def arts(tmp_path_factory):
 def test_bench_writes_json_markdown_plot(arts, tmp_path, capsys):
     out = arts["intel-cpu"].parent
     j, m, png = tmp_path / "r.json", tmp_path / "r.md", tmp_path / "r.png"
-    code = main(["bench", str(out), "--runs", "15", "--warmup", "2", "--json", str(j), "--markdown", str(m),
+    code = main(["bench", str(out), "--runs", "15", "--warmup", "2", "--json-out", str(j), "--markdown", str(m),
                  "--plot", str(png), "--fail-if", "p99_ms>100000"])
     cap = capsys.readouterr()
     assert code == 0, cap.err
@@ -49,7 +49,7 @@ def test_bench_writes_json_markdown_plot(arts, tmp_path, capsys):
 def test_failing_gate_exits_9_prints_figure_and_keeps_report(arts, tmp_path, capsys):
     j = tmp_path / "r.json"
     code = main(["bench", str(arts["intel-cpu"]), "--runs", "5", "--warmup", "0", "--power", "none",
-                 "--fail-if", "p50_ms>0", "--json", str(j)])
+                 "--fail-if", "p50_ms>0", "--json-out", str(j)])
     err = capsys.readouterr().err
     assert code == BenchmarkGateError.exit_code == 9
     assert "p50_ms = " in err and "> 0" in err and "Traceback" not in err
@@ -58,13 +58,13 @@ def test_failing_gate_exits_9_prints_figure_and_keeps_report(arts, tmp_path, cap
 
 def test_bad_gate_is_input_error_and_writes_nothing(arts, tmp_path, capsys):
     j = tmp_path / "r.json"
-    code = main(["bench", str(arts["intel-cpu"]), "--fail-if", "p99_ms => 3", "--json", str(j)])
+    code = main(["bench", str(arts["intel-cpu"]), "--fail-if", "p99_ms => 3", "--json-out", str(j)])
     assert code == InputValidationError.exit_code and not j.exists()
     assert "METRIC OP NUMBER" in capsys.readouterr().err
 
 
 def test_json_to_stdout(arts, capsys):
-    assert main(["bench", str(arts["intel-cpu"]), "--runs", "3", "--warmup", "0", "--power", "none", "--json", "-"]) == 0
+    assert main(["bench", str(arts["intel-cpu"]), "--runs", "3", "--warmup", "0", "--power", "none", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["results"][0]["runs"] == 3
 
 
@@ -88,7 +88,7 @@ def test_cli_reports_watts_from_fake_rapl_updated_during_the_run(arts, tmp_path,
     monkeypatch.setenv("EDGE_SDK_SYSFS_ROOT", str(tmp_path))
     j = tmp_path / "r.json"
     with fs.rapl_writer(tmp_path, {"intel-rapl:0": 9.0}, span):
-        code = main(["bench", str(arts["intel-cpu"]), "--duration", "0.5", "--warmup", "1", "--json", str(j)])
+        code = main(["bench", str(arts["intel-cpu"]), "--duration", "0.5", "--warmup", "1", "--json-out", str(j)])
     cap = capsys.readouterr()
     assert code == 0, cap.err
     p = json.loads(j.read_text())["results"][0]["power"]
@@ -126,7 +126,7 @@ def test_bench_never_imports_tensorflow(arts):
     import subprocess
 
     code = ("import sys\nfrom edge_sdk.cli import main\n"
-            f"assert main(['bench', {str(arts['intel-cpu'])!r}, '--runs', '2', '--warmup', '0', '--json', '-']) == 0\n"
+            f"assert main(['bench', {str(arts['intel-cpu'])!r}, '--runs', '2', '--warmup', '0', '--json']) == 0\n"
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'onnx2tf', 'nncf'))\n"
             "assert not bad, bad\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
@@ -148,7 +148,7 @@ def test_int8_onnx_on_x86_says_which_arithmetic_ran(arts, tmp_path, capsys):
 
     j, m = tmp_path / "r.json", tmp_path / "r.md"
     code = main(["bench", str(arts["jetson-orin"]), "--backend", "onnxruntime", "--device", "CPUExecutionProvider",
-                 "--runs", "5", "--warmup", "1", "--power", "none", "--json", str(j), "--markdown", str(m)])
+                 "--runs", "5", "--warmup", "1", "--power", "none", "--json-out", str(j), "--markdown", str(m)])
     assert code == 0, capsys.readouterr().err
     (r,) = json.loads(j.read_text())["results"]
     arithmetic = r["runtime"]["details"].get("int8_arithmetic", "")

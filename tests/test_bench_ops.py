@@ -100,7 +100,7 @@ def test_explain_is_about_the_arithmetic_when_nothing_is_wrong():
 def test_cli_prints_top_ops_and_writes_them_to_json(arts, tmp_path, capsys):
     j, png = tmp_path / "r.json", tmp_path / "r.png"
     code = main(["bench", str(arts["intel-cpu"]), "--runs", "5", "--warmup", "1", "--power", "none", "--ops",
-                 "--json", str(j), "--plot", str(png)])
+                 "--json-out", str(j), "--plot", str(png)])
     out = capsys.readouterr().out
     assert code == 0
     assert "Per-op profile" in out and "ops, openvino/CPU:" in out and "why:" in out
@@ -129,7 +129,7 @@ def test_ops_profile_leaves_the_loaded_model_usable(arts):
 def test_backend_mode_times_the_runtime_call_alone_and_is_labelled(arts, profile, backend, device, tmp_path, capsys):
     j = tmp_path / "r.json"
     code = main(["bench", str(arts[profile]), "--backend", backend, "--device", device, "--mode", "backend",
-                 "--runs", "20", "--warmup", "2", "--power", "none", "--json", str(j), "--markdown", str(tmp_path / "r.md")])
+                 "--runs", "20", "--warmup", "2", "--power", "none", "--json-out", str(j), "--markdown", str(tmp_path / "r.md")])
     assert code == 0, capsys.readouterr().err
     (r,) = json.loads(j.read_text())["results"]
     assert r["mode"] == "backend" and r["runs"] == 20 and r["latency_ms"]["p50"] > 0

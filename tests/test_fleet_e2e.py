@@ -63,7 +63,7 @@ def test_join_with_a_taken_name_is_one_line(fleet):
 
 def test_bench_fleet_one_report_right_rows(fleet, qs, tmp_path):
     j, md = tmp_path / "r.json", tmp_path / "r.md"
-    r = run("bench", str(qs), "--fleet", fleet.address, *FAST, "--json", str(j), "--markdown", str(md))
+    r = run("bench", str(qs), "--fleet", fleet.address, *FAST, "--json-out", str(j), "--markdown", str(md))
     assert r.returncode == 0, r.stdout + r.stderr
     data = json.loads(j.read_text())
     assert data["schema_version"] == 1 and data["tool"] == "edge-sdk bench --fleet" and data["failed"] == []
@@ -96,7 +96,7 @@ def test_image_and_ops_travel_to_the_device(fleet, qs, tmp_path):
     j = tmp_path / "r.json"
     img = Path(__file__).resolve().parents[1] / "examples" / "digits" / "val" / "0000.png"
     r = run("bench", str(qs / "intel-cpu"), "--fleet", fleet.address, *FAST, "--image", str(img), "--ops",
-            "--json", str(j))
+            "--json-out", str(j))
     assert r.returncode == 0, r.stderr
     (row,) = json.loads(j.read_text())["results"]
     assert row["end_to_end"] is True and row["device"]["name"] == "nuc"
@@ -107,7 +107,7 @@ def test_image_and_ops_travel_to_the_device(fleet, qs, tmp_path):
 
 def test_gate_failure_on_a_device_exits_9_with_report(fleet, qs, tmp_path):
     j = tmp_path / "r.json"
-    r = run("bench", str(qs / "intel-cpu"), "--fleet", fleet.address, *FAST, "--fail-if", "p50_ms>0", "--json", str(j))
+    r = run("bench", str(qs / "intel-cpu"), "--fleet", fleet.address, *FAST, "--fail-if", "p50_ms>0", "--json-out", str(j))
     assert r.returncode == 9, r.stderr
     data = json.loads(j.read_text())
     assert data["gates"]["failed"] and data["gates"]["failed"][0].startswith("intel-cpu@nuc: p50_ms")
@@ -171,7 +171,7 @@ def test_killed_device_with_devices_all_is_a_failed_row_and_exit_10(tmp_path, qs
 
         j = tmp_path / "r.json"
         proc = subprocess.Popen([EXE, "bench", str(qs / "intel-cpu"), "--fleet", f.address, "--duration", "5",
-                                 "--power", "none", "--json", str(j)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 "--power", "none", "--json-out", str(j)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
         time.sleep(1.0)
         deadline = time.monotonic() + 30
@@ -207,7 +207,7 @@ def test_tls_round_trip_with_fleet_certs(tmp_path, qs):
         assert [d["name"] for d in json.loads(st.stdout)["devices"]] == ["nuc"]
         assert json.loads(st.stdout)["scheduler"].startswith("tls://")
         j = tmp_path / "r.json"
-        b = run("bench", str(qs / "intel-cpu"), "--fleet", f.address, "--tls", str(tls), *FAST, "--json", str(j))
+        b = run("bench", str(qs / "intel-cpu"), "--fleet", f.address, "--tls", str(tls), *FAST, "--json-out", str(j))
         assert b.returncode == 0, b.stderr
         (row,) = json.loads(j.read_text())["results"]
         assert row["device"]["name"] == "nuc" and row["device"]["address"].startswith("tls://")
@@ -301,7 +301,7 @@ def test_device_policy_requires_signed_artifacts(tmp_path, qs):
         f.serve()
         f.join("locked", "intel-cpu", env={"EDGE_SDK_CONFIG": str(cfg)})
         j = tmp_path / "r.json"
-        r = run("bench", str(qs / "intel-cpu"), "--fleet", f.address, *FAST, "--json", str(j))
+        r = run("bench", str(qs / "intel-cpu"), "--fleet", f.address, *FAST, "--json-out", str(j))
         assert r.returncode == 10, r.stderr
         (failed,) = json.loads(j.read_text())["failed"]
         assert failed["device"]["name"] == "locked" and failed["reason"].startswith("refused on the device:")
@@ -309,7 +309,7 @@ def test_device_policy_requires_signed_artifacts(tmp_path, qs):
         signed = tmp_path / "signed"
         shutil.copytree(qs / "intel-cpu", signed)
         assert run("sign", str(signed), "--key", str(tmp_path / "owner.key")).returncode == 0
-        ok = run("bench", str(signed), "--fleet", f.address, *FAST, "--json", str(j))
+        ok = run("bench", str(signed), "--fleet", f.address, *FAST, "--json-out", str(j))
         assert ok.returncode == 0, ok.stderr
         assert [r["device"]["name"] for r in json.loads(j.read_text())["results"]] == ["locked"]
     finally:

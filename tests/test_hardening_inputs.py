@@ -222,14 +222,14 @@ def test_negative_and_non_finite_power_readings_are_discarded_and_counted(tmp_pa
 
 def test_only_negative_readings_mean_no_measurement(arts, tmp_path, cli):
     r = cli("bench", str(arts["jetson-orin"]), "--runs", "30", "--warmup", "0", "--power", "cmd:echo -5",
-            "--json", str(tmp_path / "r.json"))
+            "--json-out", str(tmp_path / "r.json"))
     assert r.returncode == 0, r.stderr
     power = json.loads((tmp_path / "r.json").read_text())["results"][0]["power"]
     assert power["available"] is False and power["avg_w"] is None and power["energy_j"] is None
     assert power["discarded_readings"] >= 2 and "negative or not finite" in power["reason"]
 
 
-@pytest.mark.parametrize("opt", ["--json", "--markdown", "--plot"])
+@pytest.mark.parametrize("opt", ["--json-out", "--markdown", "--plot"])
 def test_unwritable_report_path_fails_before_the_run(arts, tmp_path, cli, opt):
     (tmp_path / "a-file").write_text("x")
     for bad in (str(tmp_path / "missing" / "r.out"), str(tmp_path / "a-file" / "r.out"), str(tmp_path)):
@@ -244,7 +244,7 @@ def test_bench_names_a_corrupt_profile_folder(arts, tmp_path, cli):
     ra.copy_artifact(arts["jetson-orin"], out / "jetson-orin")
     f = out / "jetson-orin" / "model.onnx"
     f.write_bytes(f.read_bytes()[:-1] + b"\x00")
-    r = cli("bench", str(out), "--runs", "5", "--warmup", "0", "--power", "none", "--json", str(tmp_path / "r.json"))
+    r = cli("bench", str(out), "--runs", "5", "--warmup", "0", "--power", "none", "--json-out", str(tmp_path / "r.json"))
     assert r.returncode == 4 and "failed their checks" in r.stderr, r.stderr
     assert "REFUSED out/jetson-orin" in r.stdout and "sha256" in r.stdout
     rep = json.loads((tmp_path / "r.json").read_text())

@@ -94,7 +94,7 @@ def test_bench_says_emulated_timings_are_not_the_devices(arts, tree, monkeypatch
     monkeypatch.setattr(hostinfo, "machine", lambda: "aarch64")
     j = tree / "r.json"
     code = main(["bench", str(arts["intel-cpu"]), "--runs", "3", "--warmup", "1", "--power", "none",
-                 "--json", str(j)])
+                 "--json-out", str(j)])
     cap = capsys.readouterr()
     assert code == 0, cap.err
     host = json.loads(j.read_text())["environment"]["host"]

@@ -118,7 +118,7 @@ def bench_task(payload: dict[str, Any], cli_args: list[str], trusted_keys: list[
         except EdgeSDKError as exc:
             return {"ok": False, "reason": f"refused on the device: {exc.message}", "device": device}
         out = tmp / "report.json"
-        cmd = [sys.executable, "-c", CHILD, "bench", str(folder), "--json", str(out), *cli_args]
+        cmd = [sys.executable, "-c", CHILD, "bench", str(folder), "--json-out", str(out), *cli_args]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         preexec = _die_with_parent if sys.platform.startswith("linux") else None
         try:

@@ -108,7 +108,7 @@ def run_doctor() -> dict:
 def run_bench(folder: str, backend: str | None, workdir: Path) -> dict:
     """``edge-sdk bench`` as a user would run it: what does it say about this host?"""
     j = workdir / "bench.json"
-    cmd = [_script("edge-sdk"), "bench", folder, "--runs", "20", "--warmup", "2", "--power", "none", "--json", str(j)]
+    cmd = [_script("edge-sdk"), "bench", folder, "--runs", "20", "--warmup", "2", "--power", "none", "--json-out", str(j)]
     if backend:
         cmd += ["--backend", backend]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
