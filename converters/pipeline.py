@@ -33,6 +33,8 @@ from . import accuracy as acc
 from .base import FORMATS, SourceModel
 from .build import BuildContext, build_profile
 from .calibration import CalibrationSet, load_calibration
+from .openvino_bake import BakeRequest, parse_bake
+from .openvino_bake import check_profiles as check_bake_profiles
 from .recovery import RecoveryConfig
 from .shapes import StaticShapes, fix_shapes, parse_input_shape
 from .sources import read_source, to_static_onnx
@@ -211,7 +213,7 @@ def convert(model, profiles, out, *, calib=None, calib_count: int | None = None,
             allow_accuracy_drop: bool = False, force: bool = False, validation_fn: Callable | None = None,
             validation=None, outputs=None, metric=None, recover: str = "mixed", recover_budget: float | None = None,
             float_nodes=None, calib_method: str | None = None, stream=None, head=None, labels=None,
-            progress: Callable[[str], None] | None = _stderr) -> ConvertSummary:
+            bake_preprocess=None, progress: Callable[[str], None] | None = _stderr) -> ConvertSummary:
     """Convert ``model`` for each profile into ``out/<profile>/``.
 
     Args:
@@ -250,6 +252,10 @@ def convert(model, profiles, out, *, calib=None, calib_count: int | None = None,
             detector head also declares its output's kind for the gate (boxes and class scores).
         labels: Class names (a list or a text file, one per line), recorded in the manifest; their
             count must match the head's classes.
+        bake_preprocess: OpenVINO IR only: compile the preprocessing into the IR for camera frames,
+            ``"480x640,bgr"`` (frame ``HxW``, colour ``bgr``/``rgb``/``gray``, ``resize=auto|linear|pillow``),
+            a dict of those or a :class:`~.openvino_bake.BakeRequest`; done after the gate and checked
+            against the host path (:mod:`.openvino_bake`), recorded as ``preprocessing.baked``.
         progress: Called with one line per profile and stage (default: stderr; None: silent).
 
     Returns:
@@ -270,7 +276,8 @@ def convert(model, profiles, out, *, calib=None, calib_count: int | None = None,
                                  calib_method=calib_method)
             return _convert(model, profiles, Path(out), calib, calib_count, input_shapes, preprocess,
                             allow_accuracy_drop, force, validation_fn, validation, outputs, metric, cfg,
-                            progress or (lambda _line: None), parse_streams(stream), (head, labels))
+                            progress or (lambda _line: None), parse_streams(stream), (head, labels),
+                            bake=parse_bake(bake_preprocess))
     finally:
         # Leave no trace of a run that published nothing: remove the output folder we created.
         if out_created and Path(out).is_dir() and not any(p for p in Path(out).iterdir() if not p.name.startswith(".edge-sdk")):
@@ -293,8 +300,10 @@ def _locked(out: Path, log):
 
 def _convert(model, profiles, out: Path, calib, calib_count, input_shapes, preprocess, allow_drop, force,
              validation_fn, validation, outputs, metric, recovery: RecoveryConfig, log,
-             streams: list[tuple[str, str]] | None = None, head_labels: tuple = (None, None)) -> ConvertSummary:
+             streams: list[tuple[str, str]] | None = None, head_labels: tuple = (None, None),
+             bake: BakeRequest | None = None) -> ConvertSummary:
     profs = _resolve_profiles(profiles, log)
+    check_bake_profiles(bake, [list(p.artifact.formats) for p in profs])
     existing = [p.name for p in profs if (out / p.name).exists()]
     if existing and not force:
         raise InputValidationError(f"Artifact folder(s) already exist: {', '.join(str(out / n) for n in existing)}.",
@@ -317,6 +326,8 @@ def _convert(model, profiles, out: Path, calib, calib_count, input_shapes, prepr
     post = _postprocess(*head_labels, source, declared)
     static = {p.name: fix_shapes(source.inputs, p.artifact.batch_size, shapes_user, source.batch_axes) for p in profs}
     options: dict[str, Any] = {"validation_fn": validation_fn} if validation_fn is not None else {}
+    if bake is not None:
+        options["bake"] = bake
     if post:
         options["postprocess"] = post
     summaries: list[ProfileSummary] = []

@@ -40,8 +40,9 @@ from .errors import ConversionError
 @click.option("--stream", "streams", multiple=True, metavar="OUT:IN[,OUT:IN]",
               help="Recurrent state: output OUT is fed back as input IN at the next step (e.g. stateN:state); "
                    "calibration and the gate run each sample as a sequence. Repeatable.")
-@click.option("--head", type=click.Choice(["yolov8", "yolov5", "classifier"]), default=None,
-              help="How the device decodes the outputs (recorded in the manifest: infer_image(...).detections).")
+@click.option("--head", default=None, metavar="yolov8|yolov5|ssd-anchors:SPEC|classifier|segmentation",
+              help="How the device decodes the outputs (recorded in the manifest: infer_image(...).detections or "
+                   ".mask). SPEC: key=value;... or a JSON file (docs/heads.md).")
 @click.option("--labels", type=click.Path(dir_okay=False), default=None,
               help="Class names, one per line (recorded in the manifest; one per class of the head).")
 @click.option("--allow-accuracy-drop", is_flag=True, help="Write the artifact even if the accuracy gate fails.")

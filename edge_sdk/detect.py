@@ -6,6 +6,9 @@
   :class:`Detection` objects, class-aware NMS, boxes mapped back to the original frame's pixels
   through the preprocessing's :class:`~edge_sdk.preprocess.ImageTransform`.
 * :func:`decode_yolov5`: YOLOv5-style ``[1, N, 5 + C]`` (objectness times class score).
+* :func:`decode_ssd`: SSD / BlazeFace / BlazePalm box regressions ``[1, N, 4 + 2K]`` and class
+  scores or logits ``[1, N, C]`` against generated anchors (:mod:`edge_sdk.anchors`).
+* :func:`decode_mask`: a segmentation output as a class-index or probability map over the frame.
 * :class:`Head`: which decoder and its thresholds; ``edge_sdk.load(..., head="yolov8",
   labels=[...])`` attaches one to a model so that ``result.detections`` is filled.
 """
@@ -14,15 +17,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
+from .anchors import AnchorSpec, decode_boxes, parse_spec, ssd_anchors
 from .errors import InputValidationError
 
-HEADS: tuple[str, ...] = ("yolov8", "yolov5", "classifier")
+HEADS: tuple[str, ...] = ("yolov8", "yolov5", "ssd-anchors", "classifier", "segmentation")
 #: Heads that produce ``result.detections``.
-DETECTION_HEADS: tuple[str, ...] = ("yolov8", "yolov5")
+DETECTION_HEADS: tuple[str, ...] = ("yolov8", "yolov5", "ssd-anchors")
 
 
 @dataclass(frozen=True)
@@ -34,12 +38,15 @@ class Detection:
         score: Class score (0..1).
         box: ``(x1, y1, x2, y2)`` in the original frame's pixels (clipped to the frame).
         class_id: Class index in the model's output.
+        keypoints: ``(x, y)`` points in the frame's pixels (``ssd-anchors`` heads with keypoints,
+            e.g. BlazePalm's 7), else empty.
     """
 
     label: str
     score: float
     box: tuple[float, float, float, float]
     class_id: int
+    keypoints: tuple[tuple[float, float], ...] = ()
 
 
 class TopK(NamedTuple):
@@ -57,11 +64,13 @@ class Head:
     Attributes:
         kind: ``yolov8`` (packed ``[1, 4 + C, N]`` boxes and class scores), ``yolov5``
             (``[1, N, 5 + C]``: boxes, objectness, class scores; score = objectness x class
-            score) or ``classifier`` (labels for :meth:`top_k` only).
+            score), ``ssd-anchors`` (box regressions and scores against ``anchors``),
+            ``classifier`` (labels for :meth:`top_k` only) or ``segmentation`` (``result.mask``).
         conf: Minimum class score kept (yolov8).
         iou: IoU above which a lower-scored box of the same class is suppressed (yolov8).
         max_det: Most detections returned per frame (yolov8).
         output: Name of the output to decode (``""``: the first output).
+        anchors: The anchor spec of an ``ssd-anchors`` head (:func:`edge_sdk.anchors.parse_spec`).
     """
 
     kind: str = "yolov8"
@@ -69,25 +78,39 @@ class Head:
     iou: float = 0.45
     max_det: int = 300
     output: str = ""
+    anchors: AnchorSpec | None = None
 
     def __post_init__(self):
         if self.kind not in HEADS:
             raise InputValidationError(f"Unknown head {self.kind!r}.", f"Use one of: {', '.join(HEADS)}.")
+        if (self.kind == "ssd-anchors") != (self.anchors is not None):
+            raise InputValidationError("An ssd-anchors head needs an anchor spec (and only it takes one).",
+                                       "Use head='ssd-anchors:strides=8,16,16,16;fixed=1' or Head('ssd-anchors', anchors=...).")
         if not (0.0 <= self.conf <= 1.0 and 0.0 <= self.iou <= 1.0 and self.max_det >= 1):
             raise InputValidationError(f"Head thresholds out of range: conf={self.conf}, iou={self.iou}, max_det={self.max_det}.",
                                        "conf and iou are 0..1, max_det at least 1.")
 
 
-def as_head(head: Any) -> Head | None:
-    """A :class:`Head` from ``None``, a name (``"yolov8"``) or a :class:`Head`.
+def as_head(head: Any, anchors: Any = None) -> Head | None:
+    """A :class:`Head` from ``None``, a name (``"yolov8"``, ``"ssd-anchors:<spec>"``) or a :class:`Head`.
+
+    Args:
+        head: The head.
+        anchors: An ``ssd-anchors`` spec given apart from the name (the manifest's ``anchors``).
 
     Raises:
-        InputValidationError: an unknown name or type.
+        InputValidationError: an unknown name or type, or a bad anchor spec.
     """
     if head is None or isinstance(head, Head):
         return head
     if isinstance(head, str):
-        return Head(kind=head.lower())
+        kind, _, spec = head.partition(":")
+        kind = kind.strip().lower()
+        if kind != "ssd-anchors" or not (spec or anchors):
+            return Head(kind=head.lower())
+        a = parse_spec(spec or anchors)
+        return Head(kind=kind, anchors=a, conf=Head.conf if a.conf is None else a.conf,
+                    iou=Head.iou if a.iou is None else a.iou)
     raise InputValidationError(f"head= must be a name or an edge_sdk.detect.Head, got {type(head).__name__}.",
                                f"Use one of: {', '.join(HEADS)}.")
 
@@ -203,14 +226,17 @@ def decode_yolov8(output: Any, head: Head | None = None, *, transform=None,
 
 
 def _finish(boxes: np.ndarray, score: np.ndarray, cls: np.ndarray, head: Head, transform,
-            labels: Sequence[str] | None) -> list[Detection]:
-    """Class-aware NMS, map to the frame, build the detections."""
+            labels: Sequence[str] | None, points: np.ndarray | None = None) -> list[Detection]:
+    """Class-aware NMS, map to the frame, build the detections (``points``: ``[N, K, 2]`` keypoints)."""
     kept = nms(boxes, score, head.iou, classes=cls, max_det=head.max_det)
     boxes = boxes[kept]
+    pts = points[kept] if points is not None and points.shape[1] else np.zeros((len(kept), 0, 2))
     if transform is not None:
         boxes = transform.to_frame(boxes, clip=True)
-    return [Detection(label_of(int(c), labels), float(sc), tuple(float(v) for v in bx), int(c))  # type: ignore[arg-type]
-            for bx, sc, c in zip(boxes, score[kept], cls[kept])]
+        pts = transform.to_frame(np.concatenate([pts, pts], -1))[..., :2] if pts.size else pts
+    return [Detection(label_of(int(c), labels), float(sc), tuple(float(v) for v in bx), int(c),  # type: ignore[arg-type]
+                      tuple((float(x), float(y)) for x, y in p))
+            for bx, sc, c, p in zip(boxes, score[kept], cls[kept], pts)]
 
 
 def decode_yolov5(output: Any, head: Head | None = None, *, transform=None,
@@ -245,17 +271,183 @@ def decode_yolov5(output: Any, head: Head | None = None, *, transform=None,
     return _finish(boxes, score[keep], cls[keep], head, transform, labels)
 
 
+def _rows(a: Any) -> np.ndarray:
+    """``[1, N, D]``, ``[N, D]``, ``[1, N]`` or ``[N]`` as ``[N, D]``."""
+    a = np.asarray(a)
+    if a.ndim == 3 and a.shape[0] == 1:
+        return a[0]
+    return a.reshape(-1, 1) if a.ndim == 1 or (a.ndim == 2 and a.shape[0] == 1) else a
+
+
+def ssd_outputs(outputs: Mapping[str, Any], spec: AnchorSpec) -> tuple[str, str]:
+    """The names of the box-regression and score outputs: the spec's, else by shape.
+
+    Boxes are ``[1, N, 4 + 2K]``; of two such outputs the one with 4 columns (else the first) is
+    the boxes and the other the scores.
+
+    Raises:
+        InputValidationError: a named output is missing, or the two cannot be told apart.
+    """
+    names = list(outputs)
+    for key in ("boxes", "scores"):
+        name = getattr(spec, key)
+        if name and name not in outputs:
+            raise InputValidationError(f"ssd-anchors: {key} output {name!r} is not an output of this model.",
+                                       f"Outputs: {', '.join(names)}.")
+    if spec.boxes and spec.scores:
+        return spec.boxes, spec.scores
+    shaped = {n: _rows(outputs[n]).shape for n in names}
+    cand = [n for n in names if len(shaped[n]) == 2 and shaped[n][1] >= 4 and shaped[n][1] % 2 == 0 and n != spec.scores]
+    boxes = spec.boxes or next((n for n in cand if shaped[n][1] == 4), cand[0] if cand else "")
+    scores = spec.scores or next((n for n in names if n != boxes and len(shaped[n]) == 2
+                                  and shaped[n][0] == shaped.get(boxes, (0,))[0]), "")
+    if not boxes or not scores:
+        raise InputValidationError(f"ssd-anchors needs a boxes output [1, N, 4 + 2K] and a scores output [1, N, C]; "
+                                   f"got {', '.join(f'{n} {list(np.shape(outputs[n]))}' for n in names)}.",
+                                   "Name them in the spec: boxes=NAME;scores=NAME.")
+    return boxes, scores
+
+
+def decode_ssd(boxes: Any, scores: Any, head: Head, *, transform=None,
+               labels: Sequence[str] | None = None) -> list[Detection]:
+    """Decode SSD-style outputs against the anchors of ``head.anchors``.
+
+    Args:
+        boxes: Box regressions ``[1, N, 4 + 2K]`` (``x, y, w, h`` or ``y, x, h, w`` per the spec's
+            ``order``, then K keypoints), relative to N anchors.
+        scores: ``[1, N, C]`` class logits (``sigmoid=1``) or scores.
+        head: An ``ssd-anchors`` head (thresholds, anchor spec; a spec without ``size`` takes the
+            model input's from ``transform``).
+        transform: The preprocessing's :class:`~edge_sdk.preprocess.ImageTransform`; boxes and
+            keypoints are mapped to the original frame's pixels. None: model-input pixels.
+        labels: Class names.
+
+    Returns:
+        Detections (with keypoints, if any), highest score first.
+
+    Raises:
+        InputValidationError: not an ssd-anchors head, no input size, or outputs that do not fit
+            the spec's anchors.
+    """
+    if head.kind != "ssd-anchors" or head.anchors is None:
+        raise InputValidationError(f"decode_ssd needs an ssd-anchors head, got {head.kind!r}.")
+    spec = head.anchors if transform is None else head.anchors.with_size(*transform.input_size)
+    anchors = ssd_anchors(spec)
+    raw, s = _rows(boxes), _rows(scores)
+    if raw.ndim != 2 or raw.shape[1] < 4 or raw.shape[1] % 2 or s.ndim != 2 or len(s) != len(raw) or len(raw) != len(anchors):
+        raise InputValidationError(f"ssd-anchors: the spec makes {len(anchors)} anchors; outputs are boxes "
+                                   f"{list(np.shape(boxes))} and scores {list(np.shape(scores))}.",
+                                   "Expected boxes [1, N, 4 + 2K] and scores [1, N, C] with N the anchor count: "
+                                   "check strides, size, ratio and interp.")
+    s = s.astype(np.float64)
+    if spec.sigmoid:  # MediaPipe clips logits at +-100 (score_clipping_thresh) before the sigmoid
+        s = 1.0 / (1.0 + np.exp(-np.clip(s, -100.0, 100.0)))
+    if spec.ignore:
+        s[:, [i for i in spec.ignore if i < s.shape[1]]] = -np.inf
+    cls = s.argmax(axis=1)
+    score = s[np.arange(len(s)), cls]
+    keep = np.nonzero(score >= head.conf)[0]
+    if not keep.size:
+        return []
+    box, points = decode_boxes(raw[keep], anchors[keep], spec)
+    return _finish(box, score[keep], cls[keep], head, transform, labels, points)
+
+
+def decode_mask(output: Any, *, transform=None) -> np.ndarray:
+    """A segmentation output as a map over the original frame (or the model's map without ``transform``).
+
+    Several channels (``[1, H, W, C]`` or ``[1, C, H, W]``, the class axis being the shortest)
+    give a class-index map (argmax, resized with nearest neighbour); one channel gives a
+    probability map (sigmoid applied when the values are logits outside 0..1; bilinear).
+
+    Args:
+        output: ``[1, H, W, C]``, ``[1, C, H, W]``, ``[1, H, W]`` or ``[H, W]``.
+        transform: The preprocessing's :class:`~edge_sdk.preprocess.ImageTransform`: letterbox
+            padding is cut off and the map resized to the frame.
+
+    Returns:
+        uint8 (up to 256 classes, else int32) class indices, or float32 probabilities,
+        ``[frame_height, frame_width]``.
+
+    Raises:
+        InputValidationError: not a map.
+    """
+    a = np.asarray(output)
+    a = a[0] if a.ndim == 4 and a.shape[0] == 1 else a
+    if a.ndim == 3 and 1 in (a.shape[0], a.shape[-1]):  # one channel (or a batch of one)
+        a = a[0] if a.shape[0] == 1 else a[..., 0]
+    if a.ndim not in (2, 3) or a.size == 0 or min(a.shape) < 1:
+        raise InputValidationError(f"A segmentation head needs an output [1, H, W, C], [1, C, H, W] or [1, H, W]; "
+                                   f"got {list(np.shape(output))}.", "Pick the mask output with Head(output=NAME).")
+    if a.ndim == 2:
+        p = a.astype(np.float32)
+        if p.min() < 0.0 or p.max() > 1.0:
+            p = (1.0 / (1.0 + np.exp(-np.clip(p, -80.0, 80.0)))).astype(np.float32)
+        return p if transform is None else transform.map_to_frame(p)
+    chw = a if a.shape[0] <= min(a.shape[1:]) else a.transpose(2, 0, 1)
+    classes = chw.argmax(axis=0)
+    dtype = np.uint8 if chw.shape[0] <= 256 else np.int32
+    if transform is None:
+        return classes.astype(dtype)
+    return np.rint(transform.map_to_frame(classes.astype(np.float32), nearest=True)).astype(dtype)
+
+
 def decode(output: Any, head: Head, *, transform=None, labels: Sequence[str] | None = None) -> list[Detection]:
     """Decode with the decoder ``head.kind`` names (``yolov8`` or ``yolov5``).
 
     Raises:
-        InputValidationError: not a detection head, or the output does not fit it.
+        InputValidationError: not a single-output detection head, or the output does not fit it.
     """
     if head.kind == "yolov8":
         return decode_yolov8(output, head, transform=transform, labels=labels)
     if head.kind == "yolov5":
         return decode_yolov5(output, head, transform=transform, labels=labels)
-    raise InputValidationError(f"Head {head.kind!r} does not produce detections.", f"Use one of: {', '.join(DETECTION_HEADS)}.")
+    hint = "Use decode_outputs() for ssd-anchors (two outputs)." if head.kind == "ssd-anchors" else ""
+    raise InputValidationError(f"Head {head.kind!r} does not produce detections from one output.",
+                               hint or f"Use one of: {', '.join(DETECTION_HEADS)}.")
+
+
+def decode_outputs(outputs: Mapping[str, Any], head: Head, *, transform=None,
+                   labels: Sequence[str] | None = None) -> "list[Detection] | np.ndarray | None":
+    """Apply ``head`` to a result's outputs: detections, a mask (``segmentation``), or None (``classifier``).
+
+    Raises:
+        InputValidationError: a named output is missing or an output does not fit the head.
+    """
+    if head.kind == "classifier":
+        return None
+    if head.kind == "ssd-anchors":
+        assert head.anchors is not None
+        b, s = ssd_outputs(outputs, head.anchors)
+        return decode_ssd(outputs[b], outputs[s], head, transform=transform, labels=labels)
+    if head.output and head.output not in outputs:
+        raise InputValidationError(f"Head output {head.output!r} is not an output of this model.",
+                                   f"Outputs: {', '.join(outputs)}.")
+    out = outputs[head.output] if head.output else next(iter(outputs.values()))
+    if head.kind == "segmentation":
+        return decode_mask(out, transform=transform)
+    return decode(out, head, transform=transform, labels=labels)
+
+
+def apply_head(result: Any, head: Head | None, *, transform=None, labels: Sequence[str] | None = None) -> bool:
+    """Decode an ``InferenceResult``'s outputs with ``head`` into its ``detections`` or ``mask``.
+
+    The one place :meth:`Model.infer_image` and the pipelined path decode a frame.
+
+    Returns:
+        True when something was decoded (False: no head, or a ``classifier`` head).
+
+    Raises:
+        InputValidationError: an output does not fit the head.
+    """
+    if head is None or head.kind == "classifier":
+        return False
+    decoded = decode_outputs(result.outputs, head, transform=transform, labels=labels)
+    if isinstance(decoded, np.ndarray):
+        result._mask = decoded
+    else:
+        result._detections = decoded
+    return True
 
 
 def top_k(scores: Any, k: int = 5, labels: Sequence[str] | None = None) -> list[TopK]:
@@ -271,6 +463,6 @@ def top_k(scores: Any, k: int = 5, labels: Sequence[str] | None = None) -> list[
     return [TopK(label_of(int(i), labels), float(s[i]), int(i)) for i in idx]
 
 
-__all__ = ["DETECTION_HEADS", "Detection", "HEADS", "Head", "TopK", "as_head", "box_iou", "decode", "decode_yolov5",
-           "decode_yolov8", "label_of", "nms",
+__all__ = ["DETECTION_HEADS", "Detection", "HEADS", "Head", "TopK", "apply_head", "as_head", "box_iou", "decode", "decode_mask",
+           "decode_outputs", "decode_ssd", "decode_yolov5", "decode_yolov8", "label_of", "nms", "ssd_outputs",
            "read_labels", "top_k"]

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from . import strictjson, typed
 from ._version import __version__
-from .errors import ManifestError
+from .errors import InputValidationError, ManifestError
 from .fsutil import atomic_write_bytes, sha256_bytes, sha256_file, unpublished_reason
 from .manifest_checks import TAMPERED as _TAMPERED
 from .manifest_checks import check_identifiers, check_preprocessing, check_tensors, safe_relpath
@@ -96,14 +96,17 @@ class PostprocessSpec:
     """How :meth:`Model.infer_image` decodes the outputs (``convert --head/--labels``); empty: raw outputs.
 
     Attributes:
-        head: ``yolov8``, ``yolov5``, ``classifier`` or ``""`` (none).
-        output: The output to decode (``""``: the first).
+        head: ``yolov8``, ``yolov5``, ``ssd-anchors``, ``classifier``, ``segmentation`` or ``""`` (none).
+        output: The output to decode (``""``: the first; ``ssd-anchors``: the box regressions).
         labels: Class names, index order.
+        anchors: The complete anchor spec of an ``ssd-anchors`` head (keys of
+            :func:`edge_sdk.anchors.parse_spec`, input size and output names filled in); else empty.
     """
 
     head: str = ""
     output: str = ""
     labels: list[str] = field(default_factory=list)
+    anchors: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -314,6 +317,27 @@ def check_postprocess(manifest: Manifest, where: str) -> None:
     if len(pp.labels) > MAX_LABELS or any(len(x) > MAX_LABEL_CHARS or not x.isprintable() for x in pp.labels):
         raise ManifestError(f"{at}: labels must be at most {MAX_LABELS} printable names of at most "
                             f"{MAX_LABEL_CHARS} characters.", "The artifact is corrupt: convert it again.")
+    _check_anchors(pp, manifest, at)
+
+
+def _check_anchors(pp: PostprocessSpec, manifest: Manifest, at: str) -> None:
+    """An ``ssd-anchors`` head carries a valid spec whose outputs exist; other heads carry none."""
+    from edge_sdk.anchors import parse_spec
+
+    if (pp.head == "ssd-anchors") != bool(pp.anchors):
+        what = "an ssd-anchors head needs anchors" if pp.head == "ssd-anchors" else f"head '{pp.head[:40]}' has anchors"
+        raise ManifestError(f"{at}: {what}.", "The artifact is corrupt: convert it again.")
+    if not pp.anchors:
+        return
+    try:
+        spec = parse_spec(pp.anchors)
+    except InputValidationError as exc:
+        raise ManifestError(f"{at}: anchors: {exc.message}", "The artifact is corrupt: convert it again.") from None
+    names = {t.name for t in manifest.outputs}
+    for name in (spec.boxes, spec.scores):
+        if name and name not in names:
+            raise ManifestError(f"{at}: anchors name output '{name[:80]}', which this manifest does not have.",
+                                "The artifact is corrupt: convert it again.")
 
 
 def check_streams(manifest: Manifest, where: str) -> None:

@@ -40,6 +40,7 @@ from edge_sdk.profiles import RuntimeStep
 
 from .base import Runner, RunnerConfig
 from .select import Selection, open_runner, resolve_folder
+from .baked import baked_frames
 from .tensors import InputPlan, OutputPlan, plan_inputs, plan_outputs
 
 if TYPE_CHECKING:
@@ -159,6 +160,10 @@ class Model:
         self._out: OutputPlan = plan_outputs(self._outputs, runner.output_metadata)
         self.backend = f"{runner.backend}/{runner.delegate}"
         self._preprocess = None
+        # convert --bake-preprocess: this format's graph preprocesses; frames go in as they are
+        self._baked = baked_frames(manifest, selection.step.format)
+        if self._baked is not None:
+            self._preprocess = (None, None, self._baked.name)
         self.head: "Head | None" = None
         self.labels: list[str] | None = None
         self._pool: ThreadPoolExecutor | None = None
@@ -207,7 +212,8 @@ class Model:
         return {"folder": str(self.folder), "profile": self.profile, "backend": self.backend,
                 "delegate": self.delegate, "format": self.step.format, "fallback": self.fallback,
                 "explicit": self.selection.explicit, "skipped": list(self.selection.skipped),
-                "notes": list(self.selection.notes), "details": self.details, "model_sha256": self.model_sha256}
+                "notes": list(self.selection.notes), "details": self.details, "model_sha256": self.model_sha256,
+                "preprocessing": self._baked.describe() if self._baked is not None else "on the host (edge_sdk.preprocess)"}
 
     # -- inference --------------------------------------------------------------------------
     def infer(self, inputs: Any, *, raw: bool = False) -> InferenceResult:
@@ -300,7 +306,10 @@ class Model:
     def preprocess_with_transform(self, image: Any, *, color: str = "rgb",
                                   fast: bool | float = False) -> "tuple[np.ndarray, ImageTransform]":
         """:meth:`preprocess`, also returning the :class:`~edge_sdk.preprocess.ImageTransform`
-        from the original image to the model input (to map boxes back)."""
+        from the original image to the model input (to map boxes back). On an artifact whose graph
+        preprocesses (``convert --bake-preprocess``) the input is the checked frame itself."""
+        if self._baked is not None:
+            return self._baked.feed(image, color)
         pp, spec, _ = self._spec()
         return pp.apply_with_transform(image, spec, fast=fast, color=color)
 

@@ -47,19 +47,16 @@ def _sigmoid(x):
 
 
 # ----------------------------------------------------------------------------- detection (BlazePalm)
-def ssd_anchors(size: int = 192, strides=(8, 16, 16, 16), per_cell: int = 2) -> np.ndarray:
-    """MediaPipe SsdAnchorsCalculator with fixed anchor size (palm/face detectors): ``[N, 2]`` centres."""
-    out = []
-    i = 0
-    while i < len(strides):
-        same = [s for s in strides[i:] if s == strides[i]]
-        n = per_cell * len(same)
-        grid = int(np.ceil(size / strides[i]))
-        for y in range(grid):
-            for x in range(grid):
-                out.extend([[(x + 0.5) / grid, (y + 0.5) / grid]] * n)
-        i += len(same)
-    return np.asarray(out, np.float64)
+def ssd_anchors(size: int = 192, strides=(8, 16, 16, 16)) -> np.ndarray:
+    """MediaPipe SsdAnchorsCalculator with fixed anchor size (palm/face detectors): ``[N, 2]`` centres.
+
+    The product's one implementation (:func:`edge_sdk.anchors.ssd_anchors`, behind
+    ``--head ssd-anchors``); tests/test_app_ssd.py checks it against a line-by-line port of
+    MediaPipe's calculator; the decoding below stays hand-written.
+    """
+    from edge_sdk.anchors import parse_spec, ssd_anchors as generate
+
+    return generate(parse_spec({"strides": list(strides), "size": size, "fixed": 1}))[:, :2]
 
 
 def decode_ssd(boxes: np.ndarray, logits: np.ndarray, anchors: np.ndarray, size: int, thr: float = 0.5):
