@@ -160,6 +160,8 @@ class FormatResult:
         route: How the artifact was made, e.g. ``"onnx -> onnx2tf -> TFLiteConverter"``.
         backend_options: Recorded for the runtime / device (e.g. the trtexec command line).
         warnings: Things the user should know (also printed).
+        preprocess_baked: The manifest's ``preprocessing.baked`` when this format's graph holds
+            the preprocessing (``--bake-preprocess``), else None.
     """
 
     model_file: str
@@ -171,6 +173,7 @@ class FormatResult:
     route: str = ""
     backend_options: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    preprocess_baked: dict[str, Any] | None = None
 
 
 FormatConverter = Callable[[ConvertJob], FormatResult]

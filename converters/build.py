@@ -21,14 +21,16 @@ from edge_sdk._deps import version_of
 from edge_sdk._version import __version__
 from edge_sdk.errors import ConversionError, InputValidationError
 from edge_sdk.fsutil import staging_dir
-from edge_sdk.manifest import (Manifest, PostprocessSpec, Preprocessing, ProfileRef, SourceInfo, StreamSpec, TensorSpec,
-                               file_entry,
+from edge_sdk import typed
+from edge_sdk.manifest import (BakedPreprocessing, Manifest, PostprocessSpec, Preprocessing, ProfileRef, SourceInfo,
+                               StreamSpec, TensorSpec, file_entry,
                                write_manifest)
 from edge_sdk.outputs import OutputKind
 from edge_sdk.profiles import Profile
 
 from . import accuracy as acc
 from .base import FORMATS, FormatResult, SourceModel
+from .openvino_bake import bake_formats
 from .publish import drop_formats, keep_rejected
 from .recovery import Recovery, RecoveryConfig, convert_format, copy_into
 from .recovery.report import REPORT_STEM, write_report
@@ -110,6 +112,10 @@ def _build(ctx: BuildContext, final: Path, stage: Path) -> ProfileSummary:
                                                list(outcomes.values()), error="no format could be converted"))
     for rec in recs.values():
         copy_into(rec.chosen, stage)
+    bake_formats(ctx, recs, stage, outcomes)  # --bake-preprocess: after the gate, checked on its own
+    if not recs:
+        raise _NothingPublished(ProfileSummary(name, str(final), False, [], [], "not_run", {}, warnings,
+                                               list(outcomes.values()), error="no format could be converted"))
     results = {fmt: rec.chosen.result for fmt, rec in recs.items()}
     reports = {fmt: rec.chosen.report for fmt, rec in recs.items()}
     manifest = manifest_for(ctx, results, stage, warnings)
@@ -196,11 +202,17 @@ def manifest_for(ctx: BuildContext, results: dict[str, FormatResult], stage: Pat
         profile=ProfileRef(prof.name, prof.sha256, prof.to_dict()),
         source=SourceInfo(str(source.path), source.format, source.sha256),
         artifacts=artifacts, inputs=primary.inputs, outputs=_with_kinds(primary.outputs, prep.kinds, source.outputs),
-        preprocessing=Preprocessing(spec, pp.spec_hash(cs.preprocess)), tools=tools,
+        preprocessing=Preprocessing(spec, pp.spec_hash(cs.preprocess), _baked(results)), tools=tools,
         accuracy={"gate": "pending"}, calibration=dict(cs.info), static_shapes=static,
         backend_options=backend_options, warnings=list(dict.fromkeys(warnings)),
         streams=[StreamSpec(o, i) for o, i in cs.streams],
         postprocess=PostprocessSpec(**ctx.options["postprocess"]) if ctx.options.get("postprocess") else PostprocessSpec())
+
+
+def _baked(results: dict[str, FormatResult]) -> BakedPreprocessing | None:
+    """``preprocessing.baked`` of the format whose graph holds the preprocessing, if one does."""
+    baked = next((r.preprocess_baked for r in results.values() if r.preprocess_baked), None)
+    return typed.parse(BakedPreprocessing, baked, where="baked preprocessing", error=ConversionError) if baked else None
 
 
 def _record_recovery(ctx: BuildContext, manifest: Manifest, recs: dict[str, Recovery], stage: Path) -> None:

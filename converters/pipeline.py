@@ -35,6 +35,7 @@ from .build import BuildContext, build_profile
 from .calibration import CalibrationSet, load_calibration
 from .openvino_bake import BakeRequest, parse_bake
 from .openvino_bake import check_profiles as check_bake_profiles
+from .heads import postprocess as postprocess_for
 from .recovery import RecoveryConfig
 from .shapes import StaticShapes, fix_shapes, parse_input_shape
 from .sources import read_source, to_static_onnx
@@ -129,42 +130,6 @@ def _check_streams(pairs: list[tuple[str, str]], source: SourceModel) -> None:
                                        "A stream feeds an output back unchanged: their shapes must agree.")
 
 
-def _postprocess(head, labels, source: SourceModel, declared: dict[str, OutputKind]) -> dict[str, Any] | None:
-    """``--head``/``--labels`` checked against the source's outputs; a detector head declares its
-    output's kind for the gate (unless ``--output`` did). None when neither was given.
-
-    Raises:
-        InputValidationError: an unknown head, unreadable labels, or a class count that does not match.
-    """
-    from edge_sdk.detect import HEADS, read_labels
-
-    if head is None and labels is None:
-        return None
-    name = str(head or "classifier").lower()
-    if name not in HEADS:
-        raise InputValidationError(f"Unknown --head '{head}'.", f"Heads: {', '.join(HEADS)}.")
-    names = read_labels(labels) or []
-    out = source.outputs[0]
-    shape = [int(d) if isinstance(d, int) else -1 for d in out.shape]
-    # yolov8: [1, 4 + C, anchors] (or transposed), anchors the long axis; yolov5: [1, anchors, 5 + C]
-    three = len(shape) == 3 and min(shape[1:]) > 0
-    classes = {"yolov8": min(shape[1:]) - 4 if three and min(shape[1:]) > 4 else None,
-               "yolov5": shape[2] - 5 if three and shape[1] > shape[2] > 5 else None,
-               "classifier": shape[-1] if shape and shape[-1] > 0 else None}[name]
-    if name in ("yolov8", "yolov5") and classes is None:
-        want = "[1, 4 + classes, anchors]" if name == "yolov8" else "[1, anchors, 5 + classes]"
-        raise InputValidationError(f"--head {name}: output '{out.name}' has shape {out.shape}; expected {want}.",
-                                   "Pick the head that matches the model's output layout.")
-    if names and classes is not None and len(names) != classes:
-        raise InputValidationError(f"--labels has {len(names)} names but output '{out.name}' {out.shape} has {classes} "
-                                   "classes.", "Give one name per class, in class-index order.")
-    if name == "yolov8" and out.name not in declared:
-        axis = 1 if shape[1] <= shape[2] else 2
-        declared[out.name] = parse_declaration(f"{out.name}:packed:axis={axis},boxes=0-4,scores=4-{4 + classes}")[1]
-        declared[out.name].source = "declared"
-    return {"head": name if head is not None else "classifier", "output": out.name, "labels": names}
-
-
 def _normalize_metric(metric) -> Callable | None:
     if metric is None or callable(metric):
         return metric
@@ -247,9 +212,10 @@ def convert(model, profiles, out, *, calib=None, calib_count: int | None = None,
         stream: Recurrent state, ``"OUT:IN[,OUT:IN]"`` (e.g. ``"stateN:state"``), a list of them,
             ``{out: in}`` or ``[(out, in)]``: calibration and the gate run each sample as a sequence
             with the state carried from step to step; recorded in the manifest (``Model.stream()``).
-        head: How the device decodes the outputs (``yolov8``, ``yolov5``, ``classifier``): recorded in
-            the manifest, so ``load(...).infer_image(frame).detections`` works without arguments; a
-            detector head also declares its output's kind for the gate (boxes and class scores).
+        head: How the device decodes the outputs (``yolov8``, ``yolov5``, ``ssd-anchors:<spec>``,
+            ``classifier``, ``segmentation``; docs/heads.md): recorded in the manifest, so
+            ``load(...).infer_image(frame).detections`` (or ``.mask``) works without arguments; a
+            yolov8 head also declares its output's kind for the gate (boxes and class scores).
         labels: Class names (a list or a text file, one per line), recorded in the manifest; their
             count must match the head's classes.
         bake_preprocess: OpenVINO IR only: compile the preprocessing into the IR for camera frames,
@@ -323,7 +289,7 @@ def _convert(model, profiles, out: Path, calib, calib_count, input_shapes, prepr
     log(f"source: {source.format}, inputs {[(s.name, s.shape) for s in source.inputs]}, "
         f"outputs {[(s.name, s.shape) for s in source.outputs]}")
     _check_streams(streams or [], source)
-    post = _postprocess(*head_labels, source, declared)
+    post = postprocess_for(*head_labels, source, declared)
     static = {p.name: fix_shapes(source.inputs, p.artifact.batch_size, shapes_user, source.batch_axes) for p in profs}
     options: dict[str, Any] = {"validation_fn": validation_fn} if validation_fn is not None else {}
     if bake is not None:

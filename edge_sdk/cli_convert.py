@@ -45,6 +45,9 @@ from .errors import ConversionError
                    ".mask). SPEC: key=value;... or a JSON file (docs/heads.md).")
 @click.option("--labels", type=click.Path(dir_okay=False), default=None,
               help="Class names, one per line (recorded in the manifest; one per class of the head).")
+@click.option("--bake-preprocess", default=None, metavar="HxW[,COLOR][,resize=auto|linear|pillow]",
+              help="OpenVINO IR only: compile the preprocessing into the IR for camera frames of this size and "
+                   "colour (bgr, rgb, gray; default bgr), e.g. 480x640,bgr. Recorded in the manifest.")
 @click.option("--allow-accuracy-drop", is_flag=True, help="Write the artifact even if the accuracy gate fails.")
 @click.option("--force", is_flag=True, help="Replace existing artifact folders.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
@@ -53,18 +56,19 @@ from .errors import ConversionError
 @click.option("--tls", "tls_dir", type=click.Path(file_okay=False), help="With --fleet: the `edge-sdk fleet certs` folder.")
 @click.option("--insecure", is_flag=True, help="With --fleet: allow plain TCP to a non-loopback scheduler.")
 def convert(model, profiles, out, calib, validation, calib_count, input_shapes, preprocess, outputs, metric, recover,
-            recover_budget, float_nodes, calib_method, streams, head, labels, allow_accuracy_drop, force, as_json,
-            fleet_address, tls_dir, insecure):
+            recover_budget, float_nodes, calib_method, streams, head, labels, bake_preprocess, allow_accuracy_drop, force,
+            as_json, fleet_address, tls_dir, insecure):
     """Convert MODEL (ONNX, SavedModel, .keras/.h5, float .tflite) into one artifact per --profile.
 
     Every profile is attempted; each format is judged by the accuracy gate and published on its
     own. The run ends with a profile x format table; it exits 6 if something could not be
     converted, 7 if a gate failed (the other profiles and formats are still published).
     """
-    if fleet_address and (streams or head or labels):
+    if fleet_address and (streams or head or labels or bake_preprocess):
         from .errors import InputValidationError
 
-        given = [f for f, v in (("--stream", streams), ("--head", head), ("--labels", labels)) if v]
+        given = [f for f, v in (("--stream", streams), ("--head", head), ("--labels", labels),
+                                ("--bake-preprocess", bake_preprocess)) if v]
         raise InputValidationError(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} not sent over the "
                                    "fleet yet.", "Convert such a model here, without --fleet.")
     if fleet_address:
@@ -83,7 +87,8 @@ def convert(model, profiles, out, calib, validation, calib_count, input_shapes, 
                               input_shapes=list(input_shapes), preprocess=preprocess, outputs=list(outputs),
                               metric=metric, recover=recover, recover_budget=recover_budget,
                               float_nodes=list(float_nodes), calib_method=calib_method, stream=list(streams),
-                              head=head, labels=labels, allow_accuracy_drop=allow_accuracy_drop, force=force)
+                              head=head, labels=labels, bake_preprocess=bake_preprocess,
+                              allow_accuracy_drop=allow_accuracy_drop, force=force)
     except ConversionError as exc:
         report = getattr(exc, "report", None)
         if as_json and report:

@@ -84,11 +84,47 @@ class ProfileRef:
 
 
 @dataclass
+class BakedPreprocessing:
+    """Preprocessing compiled into one format's graph (``convert --bake-preprocess``).
+
+    That format's model takes the camera frame itself: ``element_type`` ``[1, H, W, C]``
+    (``layout`` NHWC) in ``color``, of exactly ``frame_size`` ``[H, W]``; the graph does the colour
+    conversion, resize, scale/mean/std and layout change of ``Preprocessing.spec``.
+
+    Attributes:
+        format: The artifact format whose graph holds it (``openvino-ir``).
+        input: The graph input that takes the frame.
+        color: The frame's colour format: ``bgr``, ``rgb`` or ``gray``.
+        layout: The frame's layout (``NHWC``).
+        element_type: The frame's dtype (``uint8``).
+        frame_size: ``[height, width]`` of the frames the graph takes.
+        resize: The graph's resize: ``linear`` (OpenVINO RESIZE_LINEAR) or ``pillow``
+            (RESIZE_BILINEAR_PILLOW, Pillow's antialiased bilinear, as calibration resized).
+        check: Measured at conversion against the host-preprocessed path on the same frames:
+            ``frames``, ``min_cosine``, ``max_abs``, ``max_rel`` and the tolerance applied.
+    """
+
+    format: str
+    input: str
+    color: Literal["bgr", "rgb", "gray"]
+    frame_size: list[int]
+    resize: Literal["linear", "pillow"]
+    layout: Literal["NHWC"] = "NHWC"
+    element_type: Literal["uint8"] = "uint8"
+    check: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class Preprocessing:
-    """The preprocessing applied to calibration data, which the runtime must repeat."""
+    """The preprocessing applied to calibration data, which the runtime must repeat.
+
+    ``baked`` (None for most artifacts and for manifests written before it existed) says one
+    format runs that preprocessing inside its graph.
+    """
 
     spec: dict[str, Any] | None = None
     sha256: str = ""
+    baked: BakedPreprocessing | None = None
 
 
 @dataclass
@@ -475,6 +511,7 @@ __all__ = [
     "ArtifactFile",
     "MANIFEST_NAME",
     "Manifest",
+    "BakedPreprocessing",
     "Preprocessing",
     "ProfileRef",
     "Quantization",

@@ -108,3 +108,30 @@ def check_preprocessing(manifest: Manifest, where: str, verify: bool) -> None:
         raise ManifestError(f"{where}: the preprocessing spec does not match its sha256 in the manifest "
                             "(edited or corrupt).",
                             "Copy the artifact folder again from the source; do not edit manifest.json.")
+    if pre.baked is not None:
+        check_baked(manifest, where)
+
+
+def check_baked(manifest: Manifest, where: str) -> None:
+    """``preprocessing.baked`` names a format of this manifest whose input takes frames of its size.
+
+    Raises:
+        ManifestError: no spec beside it, an unknown format, a bad frame size, or an input that
+            is not the ``[1, H, W, C]`` uint8 frame it describes.
+    """
+    from .manifest import format_io
+
+    baked, at = manifest.preprocessing.baked, f"{where}: preprocessing.baked"
+    if baked is None:
+        return
+    if manifest.preprocessing.spec is None:
+        raise ManifestError(f"{at}: baked preprocessing without a preprocessing spec.", TAMPERED)
+    if baked.format not in manifest.formats:
+        raise ManifestError(f"{at}: format '{baked.format[:40]}' is not a format of this artifact.", TAMPERED)
+    size = baked.frame_size
+    if len(size) != 2 or any(not isinstance(d, int) or not 1 <= d <= 16384 for d in size):
+        raise ManifestError(f"{at}: frame_size must be [height, width] of 1..16384, got {size[:4]}.", TAMPERED)
+    want = [1, size[0], size[1], 1 if baked.color == "gray" else 3]
+    spec = next((t for t in format_io(manifest, baked.format)[0] if t.name == baked.input), None)
+    if spec is None or list(spec.shape) != want or spec.dtype != "uint8":
+        raise ManifestError(f"{at}: input '{baked.input[:80]}' of {baked.format} is not a uint8 {want} frame.", TAMPERED)

@@ -82,6 +82,7 @@ class InferenceResult(Mapping):
     transform: "ImageTransform | None" = None
     labels: "list[str] | None" = None
     _detections: "list[Detection] | None" = field(default=None, repr=False)
+    _mask: "np.ndarray | None" = field(default=None, repr=False)
 
     def __getitem__(self, name: str) -> np.ndarray:
         try:
@@ -109,6 +110,19 @@ class InferenceResult(Mapping):
             raise InputValidationError("This result has no detections: the model was loaded without a detector head.",
                                        "Load it with edge_sdk.load(path, head='yolov8', labels=[...]) and use infer_image().")
         return self._detections
+
+    @property
+    def mask(self) -> np.ndarray:
+        """The segmentation over the original frame, ``[height, width]``: class indices (uint8/int32)
+        for a multi-class output, probabilities (float32) for a one-channel one.
+
+        Raises:
+            InputValidationError: the model was loaded without a segmentation head.
+        """
+        if self._mask is None:
+            raise InputValidationError("This result has no mask: the model was loaded without a segmentation head.",
+                                       "Load it with edge_sdk.load(path, head='segmentation') and use infer_image().")
+        return self._mask
 
     def top_k(self, k: int = 5, output: str | None = None) -> "list[TopK]":
         """The ``k`` highest class scores as ``(label, score, index)``, best first.
@@ -337,12 +351,11 @@ class Model:
         result.transform = transform
         result.timings["preprocess"] = (t1 - t0) * 1e3
         result.timings["total"] += (t1 - t0) * 1e3
-        if self.head is not None and self.head.kind in ("yolov8", "yolov5"):
-            from edge_sdk.detect import decode
+        if self.head is not None and self.head.kind != "classifier":
+            from edge_sdk.detect import apply_head
 
             t2 = _perf()
-            out = result[self.head.output] if self.head.output else next(iter(result.outputs.values()))
-            result._detections = decode(out, self.head, transform=transform, labels=self.labels)
+            apply_head(result, self.head, transform=transform, labels=self.labels)
             result.timings["postprocess"] = (_perf() - t2) * 1e3
             result.timings["total"] += result.timings["postprocess"]
         return result
@@ -596,8 +609,9 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
             ``EDGE_SDK_CRASH_GUARD=0`` or the user config file turns it off.
         verified_cache: The crash guard's cache folder (default ``~/.cache/edge-sdk/verified``).
         head: Decode the outputs in :meth:`Model.infer_image`: ``"yolov8"`` (packed ``[1, 4 + C, N]``
-            boxes and scores) or ``"yolov5"`` (``[1, N, 5 + C]`` with objectness) fill
-            ``result.detections`` in frame pixels; or an
+            boxes and scores), ``"yolov5"`` (``[1, N, 5 + C]`` with objectness) or
+            ``"ssd-anchors:<spec>"`` (box regressions and scores against anchors, docs/heads.md) fill
+            ``result.detections`` in frame pixels; ``"segmentation"`` fills ``result.mask``; or an
             :class:`edge_sdk.detect.Head` with thresholds; ``"classifier"`` only attaches labels.
         labels: Class names (a list, or a text file with one per line) for detections and
             ``result.top_k()``.
@@ -673,7 +687,7 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
                       LoadOptions(check_finite=check_finite, num_threads=num_threads, cache_dir=cache))
         post = manifest.postprocess  # recorded at conversion; load(head=, labels=) overrides it
         if head_spec is None and post.head and post.head != "classifier":
-            head_spec = as_head(post.head)
+            head_spec = as_head(post.head, post.anchors or None)
             if post.output and head_spec is not None:
                 head_spec = dataclasses.replace(head_spec, output=post.output)
         if label_list is None and post.labels:

@@ -1,0 +1,128 @@
+"""Camera frames for a graph that preprocesses them itself (``convert --bake-preprocess``).
+
+When the manifest's ``preprocessing.baked`` names the format that runs, ``Model.infer_image``
+hands the frame to the runtime as it is (a ``[1, H, W, C]`` uint8 view, no copy), after
+checking that it has the colour format and size the graph was built for; the graph does the
+colour conversion, resize, normalisation and layout change. Images given as paths, bytes or
+PIL images are decoded into that colour format and must have that size too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edge_sdk.errors import InputValidationError
+from edge_sdk.manifest import BakedPreprocessing, Manifest
+from edge_sdk.preprocess import ImageTransform, PreprocessSpec, from_dict
+
+
+def frame_geometry(spec: PreprocessSpec, frame: tuple[int, int]) -> tuple[int, int, int, int]:
+    """``(resized h, resized w, top, left)`` of a ``(height, width)`` frame in the model input.
+
+    The same arithmetic as :func:`edge_sdk.preprocess.apply_with_transform`: a stretch fills the
+    input, a letterbox is placed at ``(top, left)`` inside it, a centre crop is offset by the
+    (negative) ``(top, left)``.
+    """
+    h, w = spec.size or frame
+    fh, fw = frame
+    if spec.resize == "stretch":
+        return h, w, 0, 0
+    if spec.resize == "letterbox":
+        r = min(w / fw, h / fh)
+        nw, nh = max(1, round(fw * r)), max(1, round(fh * r))
+        return nh, nw, (h - nh) // 2, (w - nw) // 2
+    r = max(w / fw, h / fh)
+    nw, nh = max(w, round(fw * r)), max(h, round(fh * r))
+    return nh, nw, -((nh - h) // 2), -((nw - w) // 2)
+
+
+class BakedFrames:
+    """Checks frames against ``preprocessing.baked`` and feeds them as they are.
+
+    Attributes:
+        name: The graph input that takes the frame.
+        color: The frame colour format the graph takes (``bgr``, ``rgb``, ``gray``).
+        size: ``(height, width)`` of the frames.
+        transform: Where a frame's pixels land in the model input (the same for every frame).
+    """
+
+    def __init__(self, baked: BakedPreprocessing, spec: PreprocessSpec):
+        self.name, self.color = baked.input, baked.color
+        self.size = (int(baked.frame_size[0]), int(baked.frame_size[1]))
+        self._channels = 1 if baked.color == "gray" else 3
+        nh, nw, top, left = frame_geometry(spec, self.size)
+        h, w = spec.size or self.size
+        fh, fw = self.size
+        self.transform = ImageTransform((fw, fh), (w, h), nw / fw, nh / fh, float(left), float(top))
+
+    def describe(self) -> str:
+        """One line for ``Model.describe()``."""
+        return f"in the graph ({self.color} uint8 frames of {self.size[0]}x{self.size[1]})"
+
+    def feed(self, image: Any, color: str = "rgb") -> tuple[np.ndarray, ImageTransform]:
+        """The model input for one frame: a ``[1, H, W, C]`` uint8 view of it, and the transform.
+
+        Raises:
+            InputValidationError: another colour format or size than the graph takes, or a
+                malformed frame / unreadable image.
+        """
+        from edge_sdk.frames import check_color, check_frame
+
+        if not _is_image_file(image):  # arrays, and anything else check_frame refuses clearly (None, lists)
+            color = check_color(color)
+            if color != self.color:
+                raise InputValidationError(
+                    f"This artifact's graph takes {self.color} frames (preprocessing baked in at conversion); "
+                    f"got color='{color}'.",
+                    f"Pass color='{self.color}' frames, or convert again with --bake-preprocess "
+                    f"{self.size[0]}x{self.size[1]},{color}.")
+            frame = check_frame(image, color)
+        else:
+            frame = self._decode(image)
+        if frame.ndim == 2:
+            frame = frame[:, :, None]
+        if frame.shape[:2] != self.size or frame.shape[2] != self._channels:
+            h, w = frame.shape[:2]
+            raise InputValidationError(
+                f"This artifact's graph takes {self.size[0]}x{self.size[1]} {self.color} frames (preprocessing baked "
+                f"in at conversion); got {h}x{w}x{frame.shape[2]}.",
+                f"Resize frames to {self.size[0]}x{self.size[1]} (height x width), or convert again with "
+                f"--bake-preprocess {h}x{w}.")
+        return np.ascontiguousarray(frame)[None], self.transform
+
+    def _decode(self, image: Any) -> np.ndarray:
+        """A path, bytes or PIL image as a uint8 array in the graph's colour format."""
+        from edge_sdk.preprocess import open_image
+
+        img = open_image(image)
+        if self.color == "gray":
+            return np.asarray(img.convert("L"))
+        rgb = np.asarray(img.convert("RGB"))
+        return rgb[..., ::-1] if self.color == "bgr" else rgb
+
+
+def _is_image_file(image: Any) -> bool:
+    """A path, encoded bytes or a PIL image (decoded by Pillow), not a frame array."""
+    if isinstance(image, str | Path | bytes | bytearray | memoryview):
+        return True
+    from PIL import Image
+
+    return isinstance(image, Image.Image)
+
+
+def baked_frames(manifest: Manifest, fmt: str) -> BakedFrames | None:
+    """A :class:`BakedFrames` when format ``fmt`` of this artifact holds the preprocessing, else None."""
+    baked = manifest.preprocessing.baked
+    if baked is None or baked.format != fmt or manifest.preprocessing.spec is None:
+        return None
+    spec = from_dict(manifest.preprocessing.spec, where="manifest preprocessing")
+    if spec.size is None:  # the model tensor (manifest.inputs, not this format's frame input) has the size
+        target = next((t for t in manifest.inputs if t.name == baked.input), manifest.inputs[0])
+        spec = spec.with_size_from_shape(list(target.shape))
+    return BakedFrames(baked, spec)
+
+
+__all__ = ["BakedFrames", "baked_frames", "frame_geometry"]
