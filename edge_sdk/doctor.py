@@ -15,34 +15,40 @@ from ._deps import version_of
 from ._version import __version__
 from .profiles import builtin_profile_errors, builtin_profiles
 
-#: The runtimes doctor reports: import name -> distribution (for its version).
-RUNTIME_MODULES = {
-    "ai_edge_litert": "ai-edge-litert",
-    "tflite_runtime": "tflite-runtime",
-    "onnxruntime": "onnxruntime",
-    "openvino": "openvino",
-    "tensorrt": "tensorrt",
-    "tensorflow": "tensorflow",
-}
+def runtime_modules() -> dict[str, tuple[str, ...]]:
+    """The Python modules doctor reports: import name -> distributions (first installed gives the
+    version), from every registered backend's descriptor, plus TensorFlow (from metadata only)."""
+    from .backends import backends
+
+    mods: dict[str, tuple[str, ...]] = {}
+    for desc in backends().values():
+        for mod, dist in desc.modules:
+            mods[mod] = tuple(dict.fromkeys((*mods.get(mod, ()), dist)))
+    mods.setdefault("tensorflow", ("tensorflow",))
+    return mods
+
+
+def _first_version(dists) -> str | None:
+    return next((v for d in dists if (v := version_of(d))), None)
 
 
 def _runtimes() -> dict[str, Any]:
-    from edge_sdk.runtimes import probe
+    return {mod: {"installed": (v := _first_version(dists)) is not None, "version": v}
+            for mod, dists in runtime_modules().items()}
+
+
+def _backends() -> dict[str, Any]:
+    """Per registered backend: its version, the formats it reads and its own details (providers, devices ...)."""
+    from .backends import backends
 
     out: dict[str, Any] = {}
-    for mod, dist in RUNTIME_MODULES.items():
-        version = version_of(dist)
-        if mod == "onnxruntime" and version is None:
-            version = version_of("onnxruntime-gpu") or version_of("onnxruntime-openvino")
-        out[mod] = {"installed": version is not None, "version": version}
-    lite = probe.litert_module()
-    out["litert_interpreter"] = lite[0] if lite else None
-    providers = probe.ort_providers()
-    out["onnxruntime"]["execution_providers"] = list(providers) if providers is not None else None
-    devices = probe.openvino_devices()
-    out["openvino"]["devices"] = list(devices) if devices is not None else None
-    lib, why = probe.edgetpu_library()
-    out["edgetpu_delegate"] = {"available": lib is not None, "detail": why}
+    for name, desc in backends().items():
+        try:
+            details = desc.doctor_details()
+        except Exception as exc:  # noqa: BLE001 - a broken runtime must not take doctor down
+            details = {"error": f"{type(exc).__name__}: {exc}"}
+        out[name] = {"version": _first_version(desc.distributions()), "formats": list(desc.formats),
+                     "install": desc.install_hint(), **details}
     return out
 
 
@@ -84,6 +90,7 @@ def collect() -> dict[str, Any]:
         "edge_sdk": __version__,
         "host": hostinfo.summary(),
         "runtimes": _runtimes(),
+        "backends": _backends(),
         "accelerators": hostinfo.accelerator_hints(),
         "power_sensors": _power_sensors(),
         "profiles": _profiles(),
@@ -103,15 +110,20 @@ def render(report: dict[str, Any]) -> str:
     """Human-readable doctor report."""
     lines = [f"edge-sdk {report['edge_sdk']} on {report['host']['machine']} ({report['host']['cpu_model']}, "
              f"{report['host']['cpu_count']} cores, Python {report['host']['python']})", "", "Runtimes:"]
-    rt = report["runtimes"]
-    for mod in RUNTIME_MODULES:
-        info = rt[mod]
+    for mod, info in report["runtimes"].items():
         lines.append(f"  {mod:16s} {info['version'] or 'not installed'}")
-    if rt["onnxruntime"].get("execution_providers") is not None:
-        lines.append(f"  onnxruntime providers: {', '.join(rt['onnxruntime']['execution_providers'])}")
-    if rt["openvino"].get("devices") is not None:
-        lines.append(f"  openvino devices: {', '.join(rt['openvino']['devices']) or 'none'}")
-    lines.append(f"  Edge TPU delegate: {rt['edgetpu_delegate']['detail']}")
+    lines += ["", "Backends:"]
+    for name, info in report["backends"].items():
+        extra = {k: v for k, v in info.items() if k not in ("version", "formats", "install")}
+        lines.append(f"  {name:16s} {info['version'] or 'not installed: ' + info['install']}; "
+                     f"reads {', '.join(info['formats'])}")
+        for key, val in extra.items():
+            if isinstance(val, dict):
+                val = val.get("detail", val)
+            elif isinstance(val, list):
+                val = ", ".join(map(str, val)) or "none"
+            if val is not None:
+                lines.append(f"    {key.replace('_', ' ')}: {val}")
     lines += ["", "Accelerator hints:"]
     for key, val in report["accelerators"].items():
         lines.append(f"  {key:16s} {val if val else '-'}")

@@ -26,8 +26,13 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 devices
     import tomli as tomllib
 
-ArtifactFormat = Literal["onnx-qdq", "openvino-ir", "tflite-int8", "tensorrt-engine"]
-Backend = Literal["litert", "onnxruntime", "openvino", "tensorrt"]
+#: An artifact format name; the allowed ones are those some registered backend reads
+#: (:func:`edge_sdk.backends.known_formats`), checked by :func:`parse_profile`.
+ArtifactFormat = str
+#: A backend name; the allowed ones are the registered backends (:func:`edge_sdk.backends.backend_names`).
+Backend = str
+#: Extra folders of profile ``*.toml`` files, listed and resolved by name like the built-in ones.
+PROFILE_PATH_ENV = "EDGE_SDK_PROFILE_PATH"
 PowerSource = Literal["rapl", "ina3221", "tegrastats", "nvml", "hwmon"]
 
 #: Short names users type -> canonical profile names.
@@ -241,6 +246,25 @@ class Profile:
         return self.artifact.formats[0]
 
 
+def _check_registered(profile: Profile, where: str) -> None:
+    """Formats and backends must be known to a registered backend (:mod:`edge_sdk.backends`)."""
+    from .backends import backend_names, get_backend, known_formats
+
+    formats = known_formats()
+    for i, fmt in enumerate(profile.artifact.formats):
+        if fmt not in formats:
+            raise ProfileError(f"{where}: key 'artifact.formats[{i}]': invalid value {fmt!r}",
+                               f"allowed values: {', '.join(repr(f) for f in formats)}")
+    names = backend_names()
+    for i, step in enumerate(profile.runtime.chain):
+        if step.backend not in names:
+            raise ProfileError(f"{where}: key 'runtime.chain[{i}].backend': invalid value {step.backend!r}",
+                               f"allowed values: {', '.join(repr(n) for n in names)}")
+        if step.format not in get_backend(step.backend).formats:
+            raise ProfileError(f"{where}: key 'runtime.chain[{i}].format': backend '{step.backend}' cannot read "
+                               f"'{step.format}'", f"it reads: {', '.join(get_backend(step.backend).formats)}")
+
+
 def _validate(profile: Profile, where: str) -> Profile:
     """Value checks beyond the schema: identifiers, finite in-range numbers, a consistent chain."""
     check_name(profile.name, f"{where}: key 'name'")
@@ -253,6 +277,7 @@ def _validate(profile: Profile, where: str) -> Profile:
         raise ProfileError(f"{where}: key 'artifact.formats': at least one format is required")
     if not profile.runtime.chain:
         raise ProfileError(f"{where}: key 'runtime.chain': at least one runtime step is required")
+    _check_registered(profile, where)
     for i, step in enumerate(profile.runtime.chain):
         if step.format not in profile.artifact.formats:
             raise ProfileError(
@@ -327,11 +352,12 @@ def _builtin_root():
     return resources.files("edge_sdk.device_profiles")
 
 
-def load_profile_folder(root) -> tuple[dict[str, Profile], dict[str, ProfileError]]:
+def load_profile_folder(root, label: str = "built-in profile") -> tuple[dict[str, Profile], dict[str, ProfileError]]:
     """Read every ``*.toml`` in ``root``, each on its own: one broken file does not hide the others.
 
     Args:
         root: A folder (``Path`` or an ``importlib.resources`` traversable).
+        label: How errors name a file of this folder.
 
     Returns:
         (profiles by canonical name, the error of each file that failed, by file name). A file
@@ -342,7 +368,7 @@ def load_profile_folder(root) -> tuple[dict[str, Profile], dict[str, ProfileErro
     for entry in sorted(root.iterdir(), key=lambda e: e.name):
         if not entry.name.endswith(".toml"):
             continue
-        where = f"built-in profile {entry.name}"
+        where = f"{label} {entry.name}"
         try:
             try:
                 data = tomllib.loads(entry.read_text(encoding="utf-8"))
@@ -359,16 +385,49 @@ def load_profile_folder(root) -> tuple[dict[str, Profile], dict[str, ProfileErro
     return profiles, errors
 
 
-@lru_cache(maxsize=1)
+def profile_path() -> list[Path]:
+    """The extra profile folders named by ``$EDGE_SDK_PROFILE_PATH`` (``os.pathsep``-separated)."""
+    import os
+
+    return [Path(p) for p in os.environ.get(PROFILE_PATH_ENV, "").split(os.pathsep) if p.strip()]
+
+
 def _builtin_all() -> tuple[dict[str, Profile], dict[str, ProfileError]]:
+    import os
+
+    from .backends import backend_names, known_formats
+
+    # a profile is valid relative to the registered backends: a plugin registered later re-reads the folders
+    return _profiles_for(os.environ.get(PROFILE_PATH_ENV, ""), tuple(backend_names()), tuple(known_formats()))
+
+
+@lru_cache(maxsize=4)
+def _profiles_for(extra: str, backends: tuple[str, ...], formats: tuple[str, ...]) -> tuple[dict[str, Profile], dict[str, ProfileError]]:
     profiles, errors = load_profile_folder(_builtin_root())
+    for folder in profile_path():
+        if not folder.is_dir():
+            errors[str(folder)] = ProfileError(f"{PROFILE_PATH_ENV}: {folder} is not a folder",
+                                               "name folders of profile *.toml files")
+            continue
+        more, bad = load_profile_folder(folder, label=f"profile in {folder}:")
+        for name, prof in more.items():
+            if name in profiles:
+                errors[str(folder / Path(prof.source.rsplit(" ", 1)[-1]).name)] = ProfileError(
+                    f"{prof.source}: key 'name': '{name}' is already defined by {profiles[name].source}",
+                    "give each profile file its own name")
+            else:
+                profiles[name] = prof
+        errors.update({str(folder / k): v for k, v in bad.items()})
     if errors:
         import logging
 
         log = logging.getLogger("edge_sdk.profiles")
         for exc in errors.values():
-            log.warning("skipped a built-in profile: %s%s", exc.message, f" ({exc.hint})" if exc.hint else "")
+            log.warning("skipped a profile: %s%s", exc.message, f" ({exc.hint})" if exc.hint else "")
     return profiles, errors
+
+
+_builtin_all.cache_clear = _profiles_for.cache_clear  # type: ignore[attr-defined]  # tests re-read the folders
 
 
 def _builtin() -> dict[str, Profile]:

@@ -108,80 +108,116 @@ def tensorrt_version() -> str | None:
 
 
 def probe_step(backend: str, accelerator: str) -> StepStatus:
-    """Check one runtime step of a profile chain.
+    """Check one runtime step of a profile chain, through the backend's descriptor probe.
 
     Args:
-        backend: ``litert``, ``onnxruntime``, ``openvino`` or ``tensorrt``.
+        backend: A registered backend name (:func:`edge_sdk.backends.backend_names`).
         accelerator: delegate / execution provider / device name.
 
     Returns:
         A :class:`StepStatus` saying whether it can run here, why not, and how to fix it.
     """
-    if backend == "litert":
-        lite = litert_module()
-        if lite is None:
-            return StepStatus(False, "no LiteRT interpreter (ai_edge_litert or tflite_runtime) is installed",
-                              'pip install "edge-sdk[litert]"')
-        if accelerator in ("xnnpack", "cpu"):
-            return StepStatus(True, f"{lite[0]} {lite[1]} (XNNPACK is built in)")
-        if accelerator == "edgetpu":
-            lib, why = edgetpu_library()
-            hints = hostinfo.accelerator_hints()
-            present = hints["coral_pcie"] or hints["coral_usb"]
-            if lib is None:
-                return StepStatus(False, f"Edge TPU runtime missing: {why}",
-                                  "install libedgetpu1-std from the Coral apt repository")
-            if not present:
-                return StepStatus(False, "libedgetpu loads but no Edge TPU is attached (/dev/apex_* or USB 1a6e:089a / 18d1:9302)",
-                                  "plug in the Coral USB accelerator, or install the gasket/apex driver for PCIe/M.2 and check permissions on /dev/apex_0")
-            return StepStatus(True, f"{why}; device present")
-        if accelerator == "gpu":
-            try:
-                ctypes.CDLL("libtensorflowlite_gpu_delegate.so")
-            except OSError as exc:
-                return StepStatus(False, f"LiteRT GPU delegate library cannot be loaded ({exc})",
-                                  "build or install libtensorflowlite_gpu_delegate.so for this device")
-            return StepStatus(True, "GPU delegate library loads")
-        if accelerator.startswith("external:"):
-            # Never opened here: loading a library runs its code, and the path came from a profile.
-            # Whether it may be loaded at all is the caller's decision (edge_sdk.trust), checked first.
-            path = accelerator.split(":", 1)[1]
-            if not os.path.isfile(path):
-                return StepStatus(False, f"external delegate {path} is not installed here", "check the delegate path")
-            return StepStatus(True, f"external delegate {path} is present")
-        return StepStatus(False, f"unknown LiteRT delegate '{accelerator}'", "use edgetpu, xnnpack, gpu or external:/path.so")
-    if backend == "onnxruntime":
-        providers = ort_providers()
-        if providers is None:
-            return StepStatus(False, "onnxruntime is not installed", 'pip install "edge-sdk[onnxruntime]"')
-        if accelerator in providers:
-            return StepStatus(True, f"onnxruntime lists {accelerator}")
-        fix = {
-            "TensorrtExecutionProvider": "install the ONNX Runtime build with TensorRT (on Jetson: the JetPack wheel from NVIDIA's Jetson Zoo)",
-            "CUDAExecutionProvider": "install onnxruntime-gpu matching the CUDA version",
-            "OpenVINOExecutionProvider": "pip install onnxruntime-openvino",
-        }.get(accelerator, "install an ONNX Runtime build with this execution provider")
-        return StepStatus(False, f"this onnxruntime build has no {accelerator} (has: {', '.join(providers)})", fix)
-    if backend == "openvino":
-        devices = openvino_devices()
-        if devices is None:
-            return StepStatus(False, "openvino is not installed", 'pip install "edge-sdk[openvino]"')
-        if any(d == accelerator or d.startswith(accelerator + ".") for d in devices):
-            return StepStatus(True, f"OpenVINO device {accelerator} is available")
-        fix = {
-            "NPU": "install the Intel NPU driver (linux-npu-driver) and make sure /dev/accel/accel0 is accessible",
-            "GPU": "install the Intel GPU compute runtime (intel-opencl-icd, level-zero)",
-        }.get(accelerator, "check the OpenVINO device name")
-        return StepStatus(False, f"OpenVINO device {accelerator} not available (has: {', '.join(devices) or 'none'})", fix)
-    if backend == "tensorrt":
-        version = tensorrt_version()
-        if version is None:
-            return StepStatus(False, "the tensorrt Python module is not installed",
-                              "on Jetson it comes with JetPack (python3-libnvinfer); elsewhere pip install tensorrt")
-        if hostinfo.nvidia_gpu() is None:
-            return StepStatus(False, f"tensorrt {version} imports but no NVIDIA GPU is visible", "check the NVIDIA driver")
-        return StepStatus(True, f"tensorrt {version}")
-    return StepStatus(False, f"unknown backend '{backend}'", "use litert, onnxruntime, openvino or tensorrt")
+    from edge_sdk.backends import backend_names, backends
+
+    desc = backends().get(backend)
+    if desc is None:
+        return StepStatus(False, f"unknown backend '{backend}'", f"use {', '.join(backend_names())}")
+    return desc.probe_step(accelerator)
+
+
+def probe_litert(accelerator: str) -> StepStatus:
+    """LiteRT: an interpreter module, and the delegate (XNNPACK built in; Edge TPU, GPU, external)."""
+    lite = litert_module()
+    if lite is None:
+        return StepStatus(False, "no LiteRT interpreter (ai_edge_litert or tflite_runtime) is installed",
+                          'pip install "edge-sdk[litert]"')
+    if accelerator in ("xnnpack", "cpu"):
+        return StepStatus(True, f"{lite[0]} {lite[1]} (XNNPACK is built in)")
+    if accelerator == "edgetpu":
+        lib, why = edgetpu_library()
+        hints = hostinfo.accelerator_hints()
+        present = hints["coral_pcie"] or hints["coral_usb"]
+        if lib is None:
+            return StepStatus(False, f"Edge TPU runtime missing: {why}",
+                              "install libedgetpu1-std from the Coral apt repository")
+        if not present:
+            return StepStatus(False, "libedgetpu loads but no Edge TPU is attached (/dev/apex_* or USB 1a6e:089a / 18d1:9302)",
+                              "plug in the Coral USB accelerator, or install the gasket/apex driver for PCIe/M.2 and check permissions on /dev/apex_0")
+        return StepStatus(True, f"{why}; device present")
+    if accelerator == "gpu":
+        try:
+            ctypes.CDLL("libtensorflowlite_gpu_delegate.so")
+        except OSError as exc:
+            return StepStatus(False, f"LiteRT GPU delegate library cannot be loaded ({exc})",
+                              "build or install libtensorflowlite_gpu_delegate.so for this device")
+        return StepStatus(True, "GPU delegate library loads")
+    if accelerator.startswith("external:"):
+        # Never opened here: loading a library runs its code, and the path came from a profile.
+        # Whether it may be loaded at all is the caller's decision (edge_sdk.trust), checked first.
+        path = accelerator.split(":", 1)[1]
+        if not os.path.isfile(path):
+            return StepStatus(False, f"external delegate {path} is not installed here", "check the delegate path")
+        return StepStatus(True, f"external delegate {path} is present")
+    return StepStatus(False, f"unknown LiteRT delegate '{accelerator}'", "use edgetpu, xnnpack, gpu or external:/path.so")
+
+
+def probe_onnxruntime(accelerator: str) -> StepStatus:
+    """ONNX Runtime: the build lists the execution provider."""
+    providers = ort_providers()
+    if providers is None:
+        return StepStatus(False, "onnxruntime is not installed", 'pip install "edge-sdk[onnxruntime]"')
+    if accelerator in providers:
+        return StepStatus(True, f"onnxruntime lists {accelerator}")
+    fix = {
+        "TensorrtExecutionProvider": "install the ONNX Runtime build with TensorRT (on Jetson: the JetPack wheel from NVIDIA's Jetson Zoo)",
+        "CUDAExecutionProvider": "install onnxruntime-gpu matching the CUDA version",
+        "OpenVINOExecutionProvider": "pip install onnxruntime-openvino",
+    }.get(accelerator, "install an ONNX Runtime build with this execution provider")
+    return StepStatus(False, f"this onnxruntime build has no {accelerator} (has: {', '.join(providers)})", fix)
+
+
+def probe_openvino(accelerator: str) -> StepStatus:
+    """OpenVINO: the device (CPU, GPU, NPU ...) is among the Core's available devices."""
+    devices = openvino_devices()
+    if devices is None:
+        return StepStatus(False, "openvino is not installed", 'pip install "edge-sdk[openvino]"')
+    if any(d == accelerator or d.startswith(accelerator + ".") for d in devices):
+        return StepStatus(True, f"OpenVINO device {accelerator} is available")
+    fix = {
+        "NPU": "install the Intel NPU driver (linux-npu-driver) and make sure /dev/accel/accel0 is accessible",
+        "GPU": "install the Intel GPU compute runtime (intel-opencl-icd, level-zero)",
+    }.get(accelerator, "check the OpenVINO device name")
+    return StepStatus(False, f"OpenVINO device {accelerator} not available (has: {', '.join(devices) or 'none'})", fix)
+
+
+def probe_tensorrt(accelerator: str) -> StepStatus:
+    """TensorRT: the Python module imports and an NVIDIA GPU is visible."""
+    version = tensorrt_version()
+    if version is None:
+        return StepStatus(False, "the tensorrt Python module is not installed",
+                          "on Jetson it comes with JetPack (python3-libnvinfer); elsewhere pip install tensorrt")
+    if hostinfo.nvidia_gpu() is None:
+        return StepStatus(False, f"tensorrt {version} imports but no NVIDIA GPU is visible", "check the NVIDIA driver")
+    return StepStatus(True, f"tensorrt {version}")
+
+
+def litert_details() -> dict:
+    """``doctor``: which interpreter module LiteRT would use, and whether the Edge TPU library loads."""
+    lite = litert_module()
+    lib, why = edgetpu_library()
+    return {"interpreter": lite[0] if lite else None, "edgetpu_delegate": {"available": lib is not None, "detail": why}}
+
+
+def onnxruntime_details() -> dict:
+    """``doctor``: the execution providers of the installed ONNX Runtime build."""
+    providers = ort_providers()
+    return {"execution_providers": list(providers) if providers is not None else None}
+
+
+def openvino_details() -> dict:
+    """``doctor``: the OpenVINO devices this host has."""
+    devices = openvino_devices()
+    return {"devices": list(devices) if devices is not None else None}
 
 
 def host_matches(profile) -> bool:

@@ -44,15 +44,6 @@ from .trial_server import DEFAULT_TIMEOUT_S
 
 CACHE_ENV = "EDGE_SDK_VERIFIED_CACHE"
 GUARD_ENV = "EDGE_SDK_CRASH_GUARD"
-#: Distributions whose version keys the cache, per backend (the first installed one counts).
-BACKEND_DISTS = {
-    "litert": ("ai-edge-litert", "tflite-runtime", "tensorflow"),
-    "onnxruntime": ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino"),
-    "openvino": ("openvino",),
-    "tensorrt": ("tensorrt",),
-}
-
-
 def default_cache_dir() -> Path:
     """``$EDGE_SDK_VERIFIED_CACHE``, else ``$XDG_CACHE_HOME/edge-sdk/verified`` (``~/.cache/...``)."""
     env = os.environ.get(CACHE_ENV)
@@ -69,8 +60,11 @@ def guard_disabled_by_env() -> bool:
 
 def runtime_version(backend: str) -> str:
     from edge_sdk._deps import version_of
+    from edge_sdk.backends import backends
 
-    for dist in BACKEND_DISTS.get(backend, ()):
+    desc = backends().get(backend)
+    # the distributions whose version keys the cache (the first installed one counts)
+    for dist in desc.distributions() if desc else ():
         v = version_of(dist)
         if v:
             return f"{dist}=={v}"

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Callable
 from edge_sdk.errors import DelegateUnavailableError, EdgeSDKError, InputValidationError, ModelLoadError
 from edge_sdk.manifest import MANIFEST_NAME, Manifest, artifact_path, find_profile_folders, is_artifact_folder
 from edge_sdk.profiles import Profile, RuntimeStep, resolve_profile
-from edge_sdk.registry import Registry
+from edge_sdk.backends import backend_names, backends, cpu_accelerators, get_backend
 
 from .base import FallbackWarning, Runner, RunnerConfig
 from .probe import native_status, probe_step
@@ -29,17 +29,33 @@ from .probe import native_status, probe_step
 if TYPE_CHECKING:  # pragma: no cover
     from edge_sdk.trust import CheckedArtifact
 
-#: backend name -> runner class ("module:attr", imported only when that backend is used).
-BACKENDS: Registry[type[Runner]] = Registry("backend", InputValidationError)
-BACKENDS.register("litert", "edge_sdk.runtimes.litert:LiteRTRunner")
-BACKENDS.register("onnxruntime", "edge_sdk.runtimes.onnxruntime:OnnxRuntimeRunner")
-BACKENDS.register("openvino", "edge_sdk.runtimes.openvino:OpenVINORunner")
-BACKENDS.register("tensorrt", "edge_sdk.runtimes.tensorrt:TensorRTRunner")
+class RunnerRegistry:
+    """backend name -> runner class, read from the backend descriptors (:mod:`edge_sdk.backends`).
 
-#: The accelerator an explicit ``backend=`` without ``device=`` means when the chain has none.
-DEFAULT_ACCELERATOR = {"litert": "xnnpack", "onnxruntime": "CPUExecutionProvider", "openvino": "CPU", "tensorrt": "gpu"}
-#: Accelerator names that are "just the CPU" (a profile using one is not an accelerator profile).
-CPU_ONLY_ACCELERATORS = frozenset({"xnnpack", "cpu", "CPU", "CPUExecutionProvider"})
+    The runner module is imported only when that backend is used; a backend registered with
+    :func:`edge_sdk.backends.register_backend` (a plugin) is here without an edit.
+    """
+
+    kind = "backend"
+
+    def names(self) -> list[str]:
+        """Registered backend names, sorted."""
+        return backend_names()
+
+    def __contains__(self, name: str) -> bool:
+        return name in backends()
+
+    def get(self, name: str) -> type[Runner]:
+        """The runner class of backend ``name``.
+
+        Raises:
+            InputValidationError: unknown backend (the message lists the registered ones).
+        """
+        return get_backend(name).runner_class()
+
+
+#: backend name -> runner class.
+BACKENDS = RunnerRegistry()
 
 
 @dataclass
@@ -146,7 +162,7 @@ def resolve_folder(path: str | Path, profile: str | None, strict: bool,
             continue
         ns = native_status(checked[name].profile)  # the same answer doctor and bench give
         if ns.native:
-            ranked.append((ns.step.accelerator in CPU_ONLY_ACCELERATORS, name, folder, step_name(ns.step)))
+            ranked.append((ns.step.accelerator in cpu_accelerators(), name, folder, step_name(ns.step)))
     notes = [f"profile folder '{name}' in {path} was refused: {exc.message}" for name, exc in refused]
     if not checked:
         first = refused[0][1]
@@ -191,7 +207,7 @@ def candidate_steps(profile: Profile, manifest: Manifest, backend: str | None,
     if not readable:
         raise InputValidationError(f"backend '{backend}' cannot read this artifact (formats: {', '.join(sorted(formats))}).",
                                    f"Chain: {', '.join(step_name(s) for s in chain)}")
-    return [RuntimeStep(backend, device or DEFAULT_ACCELERATOR[backend], readable[0], native=False)], True
+    return [RuntimeStep(backend, device or get_backend(backend).default_accelerator, readable[0], native=False)], True
 
 
 def open_runner(folder: Path, manifest: Manifest, profile: Profile, *, backend: str | None, device: str | None,

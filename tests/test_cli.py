@@ -59,7 +59,7 @@ def test_doctor_json(cli):
     # This machine has no Jetson, Coral or NPU: those must not claim to run natively.
     for name in ("jetson-orin", "coral-edgetpu", "intel-npu"):
         assert statuses[name]["status"] in ("fallback", "unavailable"), statuses[name]
-    assert rep["runtimes"]["onnxruntime"]["execution_providers"]
+    assert rep["backends"]["onnxruntime"]["execution_providers"]
 
 
 def test_verify_command(tmp_path, tmp_path_factory, capsys):

@@ -33,7 +33,7 @@ def test_threads_below_one_is_refused_the_same_way(command, arts, npy, capsys):
 
 
 @pytest.mark.parametrize("command", ["run", "bench"])
-def test_backend_choices_come_from_the_registry(command, arts, npy, capsys, monkeypatch):
+def test_backend_choices_come_from_the_registry(command, arts, npy, capsys):
     from edge_sdk.runtimes.select import BACKENDS
 
     args = [command, str(arts["intel-cpu"]), "--backend", "nosuch"] + (["--input", str(npy)] if command == "run" else [])
@@ -42,9 +42,16 @@ def test_backend_choices_come_from_the_registry(command, arts, npy, capsys, monk
     for name in BACKENDS.names():
         assert name in err
     # a backend registered later (a plugin) is a valid choice without an edit to the CLI
-    monkeypatch.setitem(BACKENDS._entries, "toyrt", "edge_sdk.runtimes.onnxruntime:OnnxRuntimeRunner")
-    assert main([command, "--help"]) == 0
-    assert "toyrt" in capsys.readouterr().out
+    import dataclasses
+
+    from edge_sdk.backends import get_backend, register_backend, unregister_backend
+
+    register_backend(dataclasses.replace(get_backend("onnxruntime"), name="toyrt"))
+    try:
+        assert main([command, "--help"]) == 0
+        assert "toyrt" in capsys.readouterr().out
+    finally:
+        unregister_backend("toyrt")
 
 
 def test_run_json_flag_and_json_out_file(arts, npy, tmp_path, capsys):

@@ -17,9 +17,6 @@ from edge_sdk import hostinfo
 from edge_sdk._deps import version_of
 from edge_sdk._version import __version__
 
-#: Distributions whose versions a bench report records.
-VERSION_DISTS = ("onnxruntime", "onnxruntime-gpu", "openvino", "ai-edge-litert", "tflite-runtime", "tensorrt", "numpy")
-
 
 def _clocks_mhz(pattern: str, leaf: str, per_mhz: float) -> dict[str, float]:
     """``{device: MHz}`` from integer frequency files ``<match>/<leaf>`` (``per_mhz`` units per MHz)."""
@@ -55,7 +52,11 @@ def nvpmodel_mode() -> str | None:
 
 
 def runtime_versions() -> dict[str, str]:
-    return {d: v for d in VERSION_DISTS if (v := version_of(d))}
+    """Installed versions of every registered backend's distributions, and numpy."""
+    from edge_sdk.backends import backends
+
+    dists = [d for desc in backends().values() for d in desc.distributions() if d != "tensorflow"] + ["numpy"]
+    return {d: v for d in dict.fromkeys(dists) if (v := version_of(d))}
 
 
 def collect() -> dict[str, Any]:

@@ -99,7 +99,7 @@ def run_doctor() -> dict:
         return out
     out["host"] = report.get("host")
     out["runtimes"] = {k: v for k, v in report.get("runtimes", {}).items() if isinstance(v, dict) and v.get("installed")}
-    out["litert_interpreter"] = report.get("runtimes", {}).get("litert_interpreter")
+    out["litert_interpreter"] = report.get("backends", {}).get("litert", {}).get("interpreter")
     out["profiles"] = {row["profile"]: {"status": row["status"], "would_run_on": row["would_run_on"]}
                        for row in report.get("profiles", [])}
     return out
