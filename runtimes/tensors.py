@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,6 +74,48 @@ def _bad(msg: str, hint: str | None = None) -> InputValidationError:
     return InputValidationError(msg, hint)
 
 
+def _vdot_warns() -> bool:
+    """Whether ``np.vdot`` reports a float overflow (no numpy up to 2.4 does; ``np.dot`` does on numpy 2)."""
+    big = np.full(4, 1e30, np.float32)
+    with warnings.catch_warnings(record=True) as caught, np.errstate(all="warn"):
+        warnings.simplefilter("always")
+        np.vdot(big, big)
+    return bool(caught)
+
+
+_VDOT_WARNS = _vdot_warns()  # then the scan needs an errstate, which costs microseconds a call on numpy 1.x
+_vdot = np.vdot
+_isfinite = math.isfinite
+
+
+def sumsq_finite(arr: np.ndarray) -> bool:
+    """The fast NaN/Inf scan: True when x.x is finite, which proves every value of ``arr`` finite.
+
+    One BLAS pass (``np.vdot`` flattens a C-contiguous float32/float64 array without a copy, and
+    squares, so +Inf and -Inf cannot cancel). False when some value is NaN/Inf, but also when huge
+    finite values overflow the sum (|x| ~ 1e19 in float32): a False must be confirmed with the
+    exact elementwise check (:meth:`InputPlan._exact_finite`).
+    """
+    if _VDOT_WARNS:
+        with np.errstate(over="ignore", invalid="ignore"):
+            return _isfinite(_vdot(arr, arr))
+    return _isfinite(_vdot(arr, arr))
+
+
+def _quantize(arr: np.ndarray, e: _Entry) -> np.ndarray:
+    """``clip(rint(x / scale) + zero_point, qmin, qmax)`` in ``e.dtype``, in place on one temporary.
+
+    The same values (and dtype promotion) as the plain expression, ~25% faster on a 1x96x96x3
+    input: np.clip's dispatch costs more than maximum + minimum, and no temporary per step.
+    """
+    q = np.divide(arr, np.float32(e.scale))  # exactly ``arr / scale``: the only new array
+    np.rint(q, out=q)
+    q += e.zero_point
+    np.maximum(q, e.qmin, out=q)
+    np.minimum(q, e.qmax, out=q)
+    return q.astype(e.dtype)
+
+
 class InputPlan:
     """Checks and converts user inputs into the runtime's native feed list.
 
@@ -91,6 +134,7 @@ class InputPlan:
         one = entries[0] if len(entries) == 1 and entries[0].pos == 0 else None
         self._one = one
         self._one_check = one is not None and one.is_float and check_finite
+        self._one_blas = one is not None and one.dtype.char in "fd"  # float32/64: sumsq_finite applies
 
     def _arrays(self, inputs: Any) -> list:
         if isinstance(inputs, dict):
@@ -118,8 +162,8 @@ class InputPlan:
         e = self._one
         if (e is not None and type(inputs) is np.ndarray and inputs.dtype == e.dtype and inputs.shape == e.shape
                 and inputs.flags.c_contiguous):
-            if self._one_check:
-                self._finite(e, inputs)
+            if self._one_check and not (self._one_blas and sumsq_finite(inputs)):
+                self._exact_finite(e, inputs)
             return [inputs], 0.0
         arrays = self._arrays(inputs)
         feed: list[Any] = [None] * self.n
@@ -140,8 +184,7 @@ class InputPlan:
                 if self.check_finite:
                     self._finite(e, arr)
                 t = time.perf_counter()
-                q = np.rint(arr / np.float32(e.scale)) + e.zero_point
-                feed[e.pos] = np.clip(q, e.qmin, e.qmax).astype(e.dtype)
+                feed[e.pos] = _quantize(arr, e)
                 t_quant += time.perf_counter() - t
             else:
                 if e.quantized and raw:
@@ -155,15 +198,13 @@ class InputPlan:
 
     @staticmethod
     def _finite(e: _Entry, arr: np.ndarray) -> None:
-        # Fast path: one BLAS pass over x alone, no temporary. x.x is NaN/Inf when some x is; it can
-        # also overflow for huge finite values (|x| ~ 1e19), so a non-finite result is confirmed
-        # with the exact elementwise check before we complain.
-        if arr.dtype == np.float32 and arr.flags.c_contiguous:
-            flat = arr.reshape(-1)
-            with np.errstate(over="ignore", invalid="ignore"):  # numpy 2 warns on the overflow it then reports
-                total = float(np.dot(flat, flat))
-            if math.isfinite(total):
-                return
+        if arr.dtype.char in "fd" and arr.flags.c_contiguous and sumsq_finite(arr):
+            return
+        InputPlan._exact_finite(e, arr)
+
+    @staticmethod
+    def _exact_finite(e: _Entry, arr: np.ndarray) -> None:
+        """The exact elementwise check, behind the fast scan's False (NaN/Inf, or a sum overflow)."""
         bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
         if bad:
             raise _bad(f"Input '{e.name}' contains {bad} NaN/Inf value(s).",
