@@ -101,6 +101,8 @@ class ConvertJob:
         recipe: How to quantize this candidate (calibration method, layers kept float).
         cache: Shared by the candidates of one profile and format: what does not depend on the
             recipe (pre-processed models, calibration statistics) is computed once.
+        targets: The profile's target config per format (:func:`.targets.targets_for`); the
+            converters read it instead of the profile's backend and accelerator names.
     """
 
     source: SourceModel
@@ -119,6 +121,13 @@ class ConvertJob:
     tflite_provider: Callable[[], Path] | None = None
     recipe: Recipe = field(default_factory=Recipe)
     cache: dict[str, Any] = field(default_factory=dict)
+    targets: Any = None
+
+    def __post_init__(self) -> None:
+        if self.targets is None:  # what each format's converter must do for this profile (converters/targets.py)
+            from .targets import targets_for
+
+            self.targets = targets_for(self.profile)
 
     def onnx(self) -> Path:
         """The static float ONNX form of the source, made on first use where the source is not ONNX.

@@ -98,7 +98,7 @@ def float_weighted_ops(model) -> list[str]:
 
 def _tensorrt(job: ConvertJob, result: FormatResult) -> None:
     """Record how the device builds the engine; build it here when TensorRT imports."""
-    if not any(s.backend == "tensorrt" or "Tensorrt" in s.accelerator for s in job.profile.runtime.chain):
+    if not job.targets.qdq.tensorrt_engine:
         return
     result.backend_options["tensorrt"] = {
         "build_on_device": True,

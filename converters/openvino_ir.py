@@ -97,14 +97,11 @@ def convert(job: ConvertJob) -> FormatResult:
     ov = require("openvino", "OpenVINO IR conversion")
     nncf = require("nncf", "OpenVINO int8 quantization")
     model, read_from = _read(job)
-    spec = job.profile.quantization
     names = [p.get_any_name() for p in model.inputs]
     # NNCF feeds each item to the model as-is: a dict keyed by input name works for any input count.
     calib = nncf.Dataset([{n: feed[n] for n in names} for feed in job.calib])
-    preset = nncf.QuantizationPreset.PERFORMANCE if spec.activation_symmetric else nncf.QuantizationPreset.MIXED
-    devices = {"NPU": nncf.TargetDevice.NPU, "CPU": nncf.TargetDevice.CPU}
-    native = next((s.accelerator for s in job.profile.runtime.chain if s.format == "openvino-ir" and s.native), "CPU")
-    target = devices.get(native, nncf.TargetDevice.ANY)
+    preset = getattr(nncf.QuantizationPreset, job.targets.nncf.preset)
+    target = getattr(nncf.TargetDevice, job.targets.nncf.target_device)
     validation_fn = job.options.get("validation_fn")
     n = len(job.calib)
     # The profile's calibration method picks NNCF's activation range estimator. NNCF's own default

@@ -58,6 +58,26 @@ def guard_disabled_by_env() -> bool:
     return os.environ.get(GUARD_ENV, "").strip().lower() in ("0", "off", "false", "no")
 
 
+def plugin_module(backend: str) -> dict[str, str] | None:
+    """Where the helper process finds a backend registered outside edge_sdk (a plugin): the module
+    that registers it and the folder to put on ``sys.path`` for it; None for a built-in backend.
+
+    The helper process is started once and may predate the registration (or ``EDGE_SDK_PLUGINS``).
+    """
+    import sys
+
+    from edge_sdk.backends import backends
+
+    desc = backends().get(backend)
+    runner = desc.runner if desc is not None else None
+    module = runner.partition(":")[0] if isinstance(runner, str) else getattr(runner, "__module__", "")
+    if not module or module.startswith("edge_sdk."):
+        return None
+    file = getattr(sys.modules.get(module), "__file__", None)
+    root = Path(file).resolve().parents[module.count(".")] if file else None
+    return {"module": module, "path": str(root) if root else ""}
+
+
 def runtime_version(backend: str) -> str:
     from edge_sdk._deps import version_of
     from edge_sdk.backends import backends
@@ -113,7 +133,8 @@ class CrashGuard:
         req = {"backend": backend, "model_path": str(config.model_path), "accelerator": config.accelerator,
                "files": {k: str(v) for k, v in config.files.items()}, "backend_options": config.backend_options,
                "sha": config.model_sha256, "cache_dir": str(config.cache_dir) if config.cache_dir else None,
-               "inputs": io.get("inputs"), "outputs": io.get("outputs"), "timeout_s": self.timeout_s}
+               "inputs": io.get("inputs"), "outputs": io.get("outputs"), "timeout_s": self.timeout_s,
+               "plugin": plugin_module(backend)}
         raise_for(trial(req, self.timeout_s), backend, config.model_path)
         if key is not None:
             _remember(self.cache_dir, key, {"model": config.model_path.name, "backend": backend,  # type: ignore[arg-type]

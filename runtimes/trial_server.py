@@ -56,6 +56,7 @@ def run_trial(req: dict[str, Any]) -> dict[str, Any]:
         cfg = RunnerConfig(model_path=Path(req["model_path"]), accelerator=req["accelerator"], num_threads=1,
                            files={k: Path(v) for k, v in req["files"].items()},
                            backend_options=req["backend_options"], cache_dir=cache, model_sha256=req["sha"])
+        _import_plugin(req.get("plugin"))
         runner = BACKENDS.get(req["backend"])(cfg)
         runner.activate()
         try:
@@ -102,6 +103,18 @@ def _preload(backend: str) -> None:
         BACKENDS.get(backend)
     except Exception:  # noqa: BLE001 - the trial itself reports a missing runtime properly
         pass
+
+
+def _import_plugin(plugin: dict | None) -> None:
+    """Import the module that registers a plugin backend (see ``sandbox.plugin_module``)."""
+    if not plugin:
+        return
+    import importlib
+    import sys
+
+    if plugin.get("path") and plugin["path"] not in sys.path:
+        sys.path.insert(0, plugin["path"])
+    importlib.import_module(plugin["module"])
 
 
 def _signal_name(num: int) -> str:

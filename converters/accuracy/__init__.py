@@ -23,24 +23,29 @@ from .kinds import infer_kinds, kinds_table
 from .metrics import evaluate_output, one_line
 from .reference import REFERENCES, FloatReference, carried_float_outputs, float_outputs
 
-#: The runtime step used for the gate per format: one that runs on a workstation CPU.
-CPU_ACCELERATORS = {"onnxruntime": "CPUExecutionProvider", "openvino": "CPU", "litert": "xnnpack"}
-
-
 def gate_step(profile: Profile, fmt: str) -> RuntimeStep:
     """The CPU-capable step of ``fmt`` in the profile's chain (the gate runs here, on a workstation).
+
+    A step is CPU-capable when its accelerator is one its backend's descriptor calls the CPU
+    (:mod:`edge_sdk.backends`); without one, the first backend in the chain that reads ``fmt`` and
+    has a CPU accelerator runs it there.
 
     Raises:
         ConversionError: the chain has no CPU step for that format.
     """
+    from edge_sdk.backends import backends, backends_for_format
+
+    known = backends()
     for step in profile.runtime.chain:
-        if step.format == fmt and CPU_ACCELERATORS.get(step.backend) == step.accelerator:
+        desc = known.get(step.backend)
+        if step.format == fmt and desc is not None and step.accelerator in desc.cpu_accelerators:
             return step
-    for backend, accel in CPU_ACCELERATORS.items():
-        if any(s.format == fmt and s.backend == backend for s in profile.runtime.chain):
-            return RuntimeStep(backend=backend, accelerator=accel, format=fmt, native=False)  # type: ignore[arg-type]
+    for desc in backends_for_format(fmt):
+        if desc.cpu_accelerators and any(s.format == fmt and s.backend == desc.name for s in profile.runtime.chain):
+            return RuntimeStep(backend=desc.name, accelerator=desc.cpu_accelerators[0], format=fmt, native=False)
+    cpu = [f"{d.name}/{d.cpu_accelerators[0]}" for d in backends_for_format(fmt) if d.cpu_accelerators]
     raise ConversionError(f"Profile '{profile.name}' has no CPU runtime for format '{fmt}' to check accuracy with.",
-                          "Add a CPU step (onnxruntime/CPUExecutionProvider, openvino/CPU or litert/xnnpack) to its runtime.chain.")
+                          f"Add a CPU step ({' or '.join(cpu) or 'none reads this format'}) to its runtime.chain.")
 
 
 def artifact_outputs(folder: Path, step: RuntimeStep, holdout: list[Feed],
@@ -171,5 +176,5 @@ def format_metrics(outputs: dict[str, dict[str, Any]]) -> str:
     return "; ".join(one_line(name, m) for name, m in outputs.items())
 
 
-__all__ = ["CPU_ACCELERATORS", "FloatReference", "REFERENCES", "artifact_outputs", "compare", "evaluate",
+__all__ = ["FloatReference", "REFERENCES", "artifact_outputs", "compare", "evaluate",
            "carried_float_outputs", "float_outputs", "format_metrics", "gate_step", "infer_kinds", "kinds_table", "match_outputs", "thresholds"]

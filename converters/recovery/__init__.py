@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from edge_sdk.errors import ConversionError, InputValidationError
 
 from ..base import Recipe
+from ..targets import tflite_config
 from .candidates import Candidate, copy_into, local_p50_ms, make_candidate
 from .sensitivity import LayerError, layer_errors
 
@@ -280,7 +281,7 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
         ctx.say(f"{fmt}: no sensitivity ranking ({exc.message})")
         rec.stopped = "no sensitivity ranking"
         return best
-    if ctx.profile.operators.compiler == "edgetpu_compiler" and ranking:  # float only in the CPU tail
+    if fmt == "tflite-int8" and tflite_config(ctx.profile).float_only_in_cpu_tail and ranking:  # only the CPU tail
         last = max(e.index for e in ranking)
         ranking = [e for e in ranking if e.index >= EDGETPU_MIN_SHARE * last]
     ranking = [e for e in ranking if e.name not in best.recipe.float_nodes and e.added > 0]
@@ -338,7 +339,7 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
             return cand
         if cand is not None and cand.score > best.score:
             best = cand
-    if ctx.profile.operators.compiler == "edgetpu_compiler":
+    if fmt == "tflite-int8" and tflite_config(ctx.profile).float_only_in_cpu_tail:
         # A float op type anywhere cuts the TPU graph at its first occurrence (BlazePalm's Coral
         # candidate fell to a 1% TPU share): on the Edge TPU only the CPU tail may be float.
         return best
