@@ -26,8 +26,11 @@ LABELS = ["person", "bicycle", "car", "dog", "cat", "bottle"]
 SIZE = 128  # model input side (pixels)
 
 
-def build_onnx(path: Path, *, size: int = SIZE, classes: int = len(LABELS), seed: int = 11) -> Path:
-    """Write the YOLOv8-shaped float ONNX model: ``images [1, 3, size, size]`` -> ``output0 [1, 4 + C, (size/4)^2]``."""
+def build_onnx(path: Path, *, size: int = SIZE, classes: int = len(LABELS), seed: int = 11, width: int = 1) -> Path:
+    """Write the YOLOv8-shaped float ONNX model: ``images [1, 3, size, size]`` -> ``output0 [1, 4 + C, (size/4)^2]``.
+
+    ``width`` multiplies the conv channels (16, 24): a heavier model with the same I/O, for
+    benchmarks where inference should dominate the frame."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -36,8 +39,10 @@ def build_onnx(path: Path, *, size: int = SIZE, classes: int = len(LABELS), seed
     def w(*shape, s=0.3):
         return rng.normal(0, s, shape).astype(np.float32)
 
-    inits = {"w1": w(16, 3, 3, 3, s=0.5), "b1": w(16, s=0.1), "w2": w(24, 16, 3, 3, s=0.2), "b2": w(24, s=0.1),
-             "wb": w(4, 24, 1, 1, s=0.3), "bb": w(4, s=0.2), "wc": w(classes, 24, 1, 1, s=0.8),
+    c1, c2 = 16 * width, 24 * width
+    inits = {"w1": w(c1, 3, 3, 3, s=0.5), "b1": w(c1, s=0.1), "w2": w(c2, c1, 3, 3, s=0.2 / width ** 0.5),
+             "b2": w(c2, s=0.1), "wb": w(4, c2, 1, 1, s=0.3 / width ** 0.5), "bb": w(4, s=0.2),
+             "wc": w(classes, c2, 1, 1, s=0.8 / width ** 0.5),
              "bc": np.full(classes, -2.0, np.float32), "k": np.array(float(size), np.float32),
              "shape_b": np.array([1, 4, -1], np.int64), "shape_c": np.array([1, classes, -1], np.int64)}
     n = (size // 4) ** 2

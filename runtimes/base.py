@@ -17,9 +17,12 @@ cheap and never imports TensorFlow.
 
 from __future__ import annotations
 
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
@@ -158,11 +161,138 @@ class Runner:
                                  "Load the model again with edge_sdk.load().")
         return self.infer_impl(feed)
 
+    def open_queue(self, jobs: int, lock: "threading.Lock | None" = None) -> "InferQueue":
+        """An :class:`InferQueue` running up to ``jobs`` inferences on the runtime's own async machinery.
+
+        The default runs :meth:`infer_impl` on worker threads: ``jobs`` of them when the runner
+        is thread-safe, else one, holding ``lock`` (the facade's per-model lock) around each call.
+        Backends override it (OpenVINO ``AsyncInferQueue``, one LiteRT interpreter per worker).
+
+        Args:
+            jobs: Inferences that may be in progress at once (1..64).
+            lock: Held around each native call when the runner is not thread-safe.
+        """
+        if self.thread_safe:
+            return ThreadInferQueue(self.infer_impl, jobs, f"{self.backend} worker threads")
+        return ThreadInferQueue(self.infer_impl, 1, f"{self.backend} one call at a time (not thread-safe)", lock=lock)
+
     def deactivate(self) -> None:
         """Release the model; safe to call twice."""
         if self.is_active:
             self.is_active = False
             self.deactivate_impl()
+
+
+#: What a queued inference resolves to: native outputs (fresh arrays) and the native call's milliseconds.
+Native = tuple[list[np.ndarray], float]
+
+
+class InferQueue:
+    """Inferences started by one thread and run on the runtime's own threads (for pipelining).
+
+    :meth:`submit` returns at once (or when a free slot opens) with a ``Future`` of
+    :data:`Native`; the caller pre- and post-processes other frames meanwhile.
+
+    Attributes:
+        jobs: Inferences that can run at once.
+        kind: What runs them, e.g. ``openvino AsyncInferQueue``.
+        made: Native objects made for this queue (infer requests, interpreters); 0 when it
+            reuses the runner's own.
+        inline_finish: Completion callbacks run on the queue's own Python worker threads, where the
+            caller may post-process at once; False when they run on a runtime thread that must
+            be returned quickly (OpenVINO's).
+    """
+
+    inline_finish = False
+
+    def __init__(self, jobs: int, kind: str, made: int = 0):
+        self.jobs, self.kind, self.made = jobs, kind, made
+        self.closed = False
+        self.running = self.peak = 0
+        self._count = threading.Lock()
+
+    def _enter(self) -> None:
+        with self._count:
+            self.running += 1
+            self.peak = max(self.peak, self.running)
+
+    def _leave(self) -> None:
+        with self._count:
+            self.running -= 1
+
+    def submit(self, feed: list[np.ndarray]) -> "Future[Native]":
+        """Start one inference on native-order inputs; the arrays must not change until it is done.
+
+        Raises:
+            ModelLoadError: the queue is closed.
+        """
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Wait for inferences in flight, then release what the queue made; safe to call twice."""
+        self.closed = True
+
+    def describe(self) -> dict[str, Any]:
+        """``{"kind", "jobs", "made", "peak"}``: what the queue runs on, and the most inferences that
+        were in progress at once (inside the native call, or started and not yet completed)."""
+        return {"kind": self.kind, "jobs": self.jobs, "made": self.made, "peak": self.peak}
+
+    def _refuse_closed(self) -> None:
+        if self.closed:
+            raise ModelLoadError("This model's inference queue is closed.", "Load the model again with edge_sdk.load().")
+
+
+class ThreadInferQueue(InferQueue):
+    """Inference on ``jobs`` worker threads calling ``call(feed)`` (runtimes whose call releases the GIL).
+
+    Args:
+        call: Native-order inputs -> native outputs.
+        jobs: Worker threads.
+        kind: Description.
+        lock: Held around each call (a runner that is not thread-safe).
+        made: Native objects made for the queue.
+        initializer: Run once in each worker thread (binds a per-thread interpreter).
+        release: Called by :meth:`close` after the workers stopped.
+    """
+
+    inline_finish = True
+
+    def __init__(self, call: Callable[[list[np.ndarray]], list[np.ndarray]], jobs: int, kind: str, *,
+                 lock: "threading.Lock | None" = None, made: int = 0, initializer: Callable[[], None] | None = None,
+                 release: Callable[[], None] | None = None):
+        super().__init__(jobs, kind, made)
+        self._call, self._lock, self._release = call, lock, release
+        self._pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="edge_sdk-native", initializer=initializer)
+        self._state = threading.Lock()
+
+    def _run(self, feed: list[np.ndarray]) -> Native:
+        if self._lock is None:
+            return self._timed(feed)
+        with self._lock:
+            return self._timed(feed)
+
+    def _timed(self, feed: list[np.ndarray]) -> Native:
+        self._enter()
+        try:
+            t0 = time.perf_counter()
+            outs = self._call(feed)
+            return list(outs), (time.perf_counter() - t0) * 1e3
+        finally:
+            self._leave()
+
+    def submit(self, feed: list[np.ndarray]) -> "Future[Native]":
+        with self._state:
+            self._refuse_closed()
+            return self._pool.submit(self._run, feed)
+
+    def close(self) -> None:
+        with self._state:
+            if self.closed:
+                return
+            self.closed = True
+        self._pool.shutdown(wait=True)
+        if self._release is not None:
+            self._release()
 
 
 def read_head(path: Path, n: int) -> bytes:

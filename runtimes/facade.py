@@ -47,6 +47,8 @@ if TYPE_CHECKING:
     from edge_sdk.detect import Detection, Head, TopK
     from edge_sdk.preprocess import ImageTransform
 
+    from .pipelining import FramePipeline
+
 _perf = time.perf_counter
 log = logging.getLogger("edge_sdk.runtime")
 
@@ -361,63 +363,91 @@ class Model:
         return result
 
     # -- pipelining -------------------------------------------------------------------------
-    def _executor(self, workers: int | None = None) -> ThreadPoolExecutor:
+    def _frame_pipeline(self, jobs: int, color: str = "rgb", fast: bool | float = False,
+                        name: str = "edge_sdk-pipeline") -> "FramePipeline":
+        """A :class:`~edge_sdk.runtimes.pipelining.FramePipeline` registered for :meth:`close`."""
+        from .pipelining import FramePipeline
+
         with self._pool_lock:
-            if self._pool is None:
-                if not self._runner.is_active:
-                    raise ModelLoadError("This model is closed.", "Load it again with edge_sdk.load().")
-                self._pool = ThreadPoolExecutor(max_workers=workers or 2, thread_name_prefix="edge_sdk-infer")
-            return self._pool
+            if not self._runner.is_active:
+                raise ModelLoadError("This model is closed.", "Load it again with edge_sdk.load().")
+            pipe = FramePipeline(self, jobs, color=color, fast=fast, name=name)
+            self.__dict__.setdefault("_pipes", set()).add(pipe)
+            return pipe
+
+    def _drop_pipeline(self, pipe: "FramePipeline") -> None:
+        pipe.close()
+        with self._pool_lock:
+            self.__dict__.get("_pipes", set()).discard(pipe)
 
     def submit(self, frame: Any, *, color: str = "rgb", fast: bool | float = False) -> "Future[InferenceResult]":
-        """Start :meth:`infer_image` on a worker thread; returns its ``concurrent.futures.Future``.
+        """Start :meth:`infer_image` on one frame; returns its ``concurrent.futures.Future``.
 
-        Preprocessing and decoding of one frame overlap the inference of another. Runtimes that
-        are not thread-safe (LiteRT, TensorRT) still run one inference at a time (the model's
-        lock); ONNX Runtime and OpenVINO run them concurrently. The frame must not be changed
-        until its future is done. ``future.result()`` raises what ``infer_image`` would.
+        Preprocessing runs on a worker thread, inference on the runtime's own async machinery
+        (see :meth:`pipeline`), decoding on a worker thread again, so frames overlap. The frame
+        must not be changed until its future is done. ``future.result()`` raises what
+        ``infer_image`` would. Up to 2 inferences run at once per colour/resize setting.
 
         Raises:
             ModelLoadError: the model is closed.
         """
-        return self._executor().submit(self.infer_image, frame, color=color, fast=fast)
+        key = (color, fast)
+        with self._pool_lock:
+            shared = self.__dict__.setdefault("_submit_pipes", {})
+            pipe = shared.get(key)
+        if pipe is None:
+            from edge_sdk.frames import check_color
+
+            check_color(color)
+            pipe = self._frame_pipeline(2, color, fast, "edge_sdk-submit")
+            with self._pool_lock:
+                pipe = self.__dict__["_submit_pipes"].setdefault(key, pipe)
+        return pipe.submit(frame)
 
     def pipeline(self, frames: Iterable[Any], *, max_in_flight: int = 2, color: str = "rgb",
                  fast: bool | float = False) -> Iterator[InferenceResult]:
         """Infer a stream of frames with up to ``max_in_flight`` in progress; yields results in order.
 
-        Results equal a plain ``for f in frames: model.infer_image(f)`` loop. A frame that fails
-        raises its error (e.g. ``InputValidationError``) when its turn comes; use :meth:`submit`
-        to handle each frame yourself. Frames must not be changed until their result is yielded.
+        Inference runs on the runtime's own async machinery while other frames are preprocessed
+        and decoded: OpenVINO's ``AsyncInferQueue`` of ``max_in_flight`` requests, one LiteRT
+        interpreter per in-flight frame on the CPU (made from the verified model bytes, the
+        thread budget split between them), ONNX Runtime ``session.run`` on worker threads.
+        A hardware LiteRT delegate and TensorRT run one inference at a time (pre/post-processing
+        still overlap). Results equal a plain ``for f in frames: model.infer_image(f)`` loop.
+        A frame that fails raises its error (e.g. ``InputValidationError``) when its turn comes;
+        use :meth:`submit` to handle each frame yourself. Frames must not be changed until their
+        result is yielded. Leaving the loop (``break``, an error, closing the generator) lets the
+        frames in flight finish and releases the extra requests/interpreters.
 
         Args:
             frames: Any iterable (a generator reading a camera is read ahead by ``max_in_flight``).
-            max_in_flight: Frames submitted and not yet yielded (1..64).
+            max_in_flight: Frames submitted and not yet yielded (1..64); about the number of cores.
             color: The frames' colour format (see :meth:`infer_image`).
             fast: The faster resize.
 
         Raises:
             InputValidationError: ``max_in_flight`` outside 1..64, or a malformed frame.
+            ModelLoadError: the model is closed (also when closed by another call mid-stream).
         """
-        if not isinstance(max_in_flight, int) or not 1 <= max_in_flight <= 64:
+        if not isinstance(max_in_flight, int) or isinstance(max_in_flight, bool) or not 1 <= max_in_flight <= 64:
             raise InputValidationError(f"max_in_flight must be 1..64, got {max_in_flight!r}.",
                                        "2 overlaps preprocessing with inference; use about the number of cores.")
         from edge_sdk.frames import check_color
 
         check_color(color)
-        pool = ThreadPoolExecutor(max_workers=max_in_flight, thread_name_prefix="edge_sdk-pipeline")
+        pipe = self._frame_pipeline(max_in_flight, color, fast)
+        self.last_pipeline = pipe.describe()
         pending: deque[Future[InferenceResult]] = deque()
         try:
             for frame in frames:
-                pending.append(pool.submit(self.infer_image, frame, color=color, fast=fast))
+                pending.append(pipe.submit(frame))
                 if len(pending) >= max_in_flight:
                     yield pending.popleft().result()
             while pending:
                 yield pending.popleft().result()
         finally:
-            for f in pending:
-                f.cancel()
-            pool.shutdown(wait=True)
+            self._drop_pipeline(pipe)
+            self.last_pipeline = pipe.describe()  # with the peak of inferences in progress at once
 
     # -- streams ----------------------------------------------------------------------------
     def stream(self, initial: Mapping[str, Any] | None = None) -> "Stream":
@@ -443,8 +473,12 @@ class Model:
         :meth:`submit` finish first."""
         with self._pool_lock:
             pool, self._pool = self._pool, None
+            pipes = list(self.__dict__.pop("_pipes", ()))
+            self.__dict__.pop("_submit_pipes", None)
         if pool is not None:
             pool.shutdown(wait=True)
+        for pipe in pipes:  # frames in flight finish; extra requests / interpreters are released
+            pipe.close()
         if self._lock is None:
             self._runner.deactivate()
         else:

@@ -7,15 +7,18 @@ costs seconds and hundreds of MB).
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import os
+import threading
 import types
 from pathlib import Path
 
 import numpy as np
 
-from edge_sdk.errors import DelegateUnavailableError, MissingDependencyError
+from edge_sdk.errors import DelegateUnavailableError, MissingDependencyError, ModelLoadError
 
-from .base import NativeTensor, Runner, corrupt, native_error, read_head
+from .base import InferQueue, NativeTensor, Runner, ThreadInferQueue, corrupt, native_error, read_head
 from .probe import EDGETPU_LIBS, LITERT_MODULES, edgetpu_library
 from .tflite_check import verify_tflite
 
@@ -162,6 +165,45 @@ class LiteRTRunner(Runner):
             interp.set_tensor(idx, arr)
         interp.invoke()
         return [interp.get_tensor(idx) for idx in self._out_idx]
+
+    def open_queue(self, jobs: int, lock=None) -> InferQueue:
+        """One interpreter per worker on the CPU (XNNPACK), so inferences truly overlap.
+
+        Each is made from the model bytes checked against the manifest's sha256 (never a path
+        that could have changed since load), with the runner's thread budget split between them
+        (``num_threads`` or the core count, divided by ``jobs``, at least one each). A hardware
+        delegate (Edge TPU, GPU, external) keeps the runner's one interpreter, one call at a time:
+        a second interpreter would contend for the same device.
+        """
+        if self.config.accelerator not in ("xnnpack", "cpu"):
+            return super().open_queue(jobs, lock)
+        data = self.config.model_path.read_bytes()
+        if self.config.model_sha256 and hashlib.sha256(data).hexdigest() != self.config.model_sha256:
+            raise ModelLoadError(f"{self.config.model_path.name} changed since it was loaded (sha256 differs).",
+                                 "Copy the artifact folder again and load it again.")
+        lite = interpreter_module()
+        threads = max(1, (self.config.num_threads or os.cpu_count() or 1) // jobs)
+        free: list = []
+        for _ in range(jobs):
+            interp = lite.Interpreter(model_content=data, num_threads=threads)
+            interp.allocate_tensors()
+            free.append(interp)
+        local = threading.local()
+        in_idx, out_idx = list(self._in_idx), list(self._out_idx)
+
+        def bind() -> None:  # each worker thread takes one interpreter for its life
+            local.interp = free.pop()
+
+        def call(feed: list[np.ndarray]) -> list[np.ndarray]:
+            interp = local.interp
+            for idx, arr in zip(in_idx, feed):
+                interp.set_tensor(idx, arr)
+            interp.invoke()
+            return [interp.get_tensor(idx) for idx in out_idx]
+
+        # The workers' thread-locals die with the workers; the ones never bound are dropped here.
+        return ThreadInferQueue(call, jobs, f"litert {jobs} interpreter(s) x {threads} thread(s)", made=jobs,
+                                initializer=bind, release=free.clear)
 
     def deactivate_impl(self) -> None:
         self._interp = None

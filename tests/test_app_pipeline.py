@@ -99,7 +99,8 @@ def test_submit_after_close_refuses(tmp_path):
 
 
 def test_pipeline_on_litert_is_serialised_and_identical(tmp_path_factory):
-    """LiteRT interpreters are not thread-safe: the model's lock serialises inference, results stay identical."""
+    """A LiteRT interpreter is not thread-safe: the model's own stays under its lock, the pipeline runs one
+    interpreter per frame in flight (tests/test_app_pipeline_native.py); results stay identical."""
     arts = ra.tflite_artifacts(tmp_path_factory)
     fi, fo = ra.tflite_io_specs(arts["tflite_float_io"])
     folder = ra.write_artifact(tmp_path_factory.mktemp("app_pipe_litert") / "arm-cpu", "arm-cpu",

@@ -1,0 +1,160 @@
+"""Pipelined inference for :meth:`Model.submit` / :meth:`Model.pipeline` (issue #19).
+
+A frame goes through three stages; each frame's stages run in order, different frames' stages
+overlap:
+
+1. **prepare** (a Python worker thread): :meth:`Model.preprocess_with_transform`, then the
+   manifest's input contract and quantization (the same ``InputPlan`` as ``infer``);
+2. **infer** (the runtime's own async machinery, a :class:`~edge_sdk.runtimes.base.InferQueue`:
+   OpenVINO ``AsyncInferQueue``, one LiteRT interpreter per worker, ONNX Runtime ``session.run``
+   on worker threads); the prepare thread is free as soon as the inference is queued;
+3. **finish** (the queue's worker thread, or for OpenVINO a Python worker thread): dequantize, build the ``InferenceResult``, decode
+   the head.
+
+So preprocessing and decoding of some frames run while the runtime infers others, and the
+results are exactly those of :meth:`Model.infer_image` (same checks, same arrays, same
+``detections``). ``timings["inference"]`` is the native call alone; ``timings["total"]`` is the
+frame's wall time from prepare to finish, queueing included.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from edge_sdk.errors import ModelLoadError
+
+if TYPE_CHECKING:
+    from .base import InferQueue, Native
+    from .facade import InferenceResult, Model
+
+_perf = time.perf_counter
+
+
+def _closed() -> ModelLoadError:
+    return ModelLoadError("This model was closed before the frame was inferred.",
+                          "Do not close a model while frames are in flight; load it again with edge_sdk.load().")
+
+
+class FramePipeline:
+    """Frames in, ``Future[InferenceResult]`` out, over one :class:`InferQueue` of the model's runner.
+
+    Args:
+        model: The loaded model (its runner must be active).
+        jobs: Inferences in flight on the runtime (1..64).
+        color: The frames' colour format.
+        fast: The faster resize.
+        name: Prefix of the worker threads' names.
+
+    Raises:
+        ModelLoadError: the model is closed.
+    """
+
+    def __init__(self, model: "Model", jobs: int, *, color: str = "rgb", fast: bool | float = False,
+                 name: str = "edge_sdk-pipeline"):
+        self.model, self.color, self.fast = model, color, fast
+        self.queue: InferQueue = model._runner.open_queue(jobs, model._lock)
+        # Pre/post-processing threads: enough to keep every core busy, never more than the frames in flight.
+        self._pool = ThreadPoolExecutor(max_workers=max(1, min(jobs, os.cpu_count() or 1)),
+                                        thread_name_prefix=name)
+        self._outstanding: set[Future] = set()
+        self._state = threading.Lock()
+        self.closed = False
+
+    def describe(self) -> dict[str, Any]:
+        """What runs the inferences: ``{"kind", "jobs", "made"}`` of the runtime's queue."""
+        return self.queue.describe()
+
+    def submit(self, frame: Any) -> "Future[InferenceResult]":
+        """Start one frame; its future raises what :meth:`Model.infer_image` would.
+
+        Raises:
+            ModelLoadError: the pipeline (or its model) is closed.
+        """
+        out: Future = Future()
+        with self._state:
+            if self.closed:
+                raise ModelLoadError("This model is closed.", "Load it again with edge_sdk.load().")
+            self._outstanding.add(out)
+            out.add_done_callback(self._forget)
+            self._pool.submit(self._prepare, frame, out, _perf())
+        return out
+
+    def _forget(self, fut: Future) -> None:
+        with self._state:
+            self._outstanding.discard(fut)
+
+    def _prepare(self, frame: Any, out: Future, t0: float) -> None:
+        model = self.model
+        try:
+            x, transform = model.preprocess_with_transform(frame, color=self.color, fast=self.fast)
+            t1 = _perf()
+            feed, t_quant = model._in.convert({model._preprocess[2]: x} if len(model._inputs) > 1 else x, False)
+            native = self.queue.submit(feed)
+        except BaseException as exc:  # noqa: BLE001 - the frame's error, raised at its turn
+            out.set_exception(exc)
+            return
+        native.add_done_callback(lambda f: self._hand_over(f, out, (t0, t1, t_quant, transform)))
+
+    def _hand_over(self, native: "Future[Native]", out: Future, prepared: tuple) -> None:
+        """Where the inference completed: finish right there on a queue's own worker thread (one
+        thread hop less per frame), else queue the finish on a Python worker (an OpenVINO request
+        is not reused until its callback returns, so nothing heavy runs in the callback)."""
+        if self.queue.inline_finish:
+            self._finish(native, out, prepared)
+            return
+        try:
+            self._pool.submit(self._finish, native, out, prepared)
+        except RuntimeError:  # the pool is shutting down: finish here
+            self._finish(native, out, prepared)
+
+    def _finish(self, native: "Future[Native]", out: Future, prepared: tuple) -> None:
+        model = self.model
+        t0, t1, t_quant, transform = prepared
+        try:
+            outs, ms = native.result()
+        except Exception as exc:  # noqa: BLE001
+            out.set_exception(_closed() if not model._runner.is_active else model._refused(exc))
+            return
+        try:
+            out.set_result(self._result(outs, ms, t0, t1, t_quant, transform))
+        except BaseException as exc:  # noqa: BLE001
+            out.set_exception(exc)
+
+    def _result(self, outs: list[np.ndarray], ms: float, t0: float, t1: float, t_quant: float,
+                transform: Any) -> "InferenceResult":
+        from .facade import InferenceResult
+
+        model = self.model
+        t2 = _perf()
+        outputs = model._out.convert(outs, False)
+        t3 = _perf()
+        result = InferenceResult(outputs, {"preprocess": (t1 - t0) * 1e3, "quantize": t_quant * 1e3, "inference": ms,
+                                           "dequantize": (t3 - t2) * 1e3, "total": 0.0},
+                                 *model._facts, transform, model.labels)
+        head = model.head
+        if head is not None and head.kind in ("yolov8", "yolov5"):
+            from edge_sdk.detect import decode
+
+            out = result[head.output] if head.output else next(iter(outputs.values()))
+            result._detections = decode(out, head, transform=transform, labels=model.labels)
+            result.timings["postprocess"] = (_perf() - t3) * 1e3
+        result.timings["total"] = (_perf() - t0) * 1e3
+        return result
+
+    def close(self) -> None:
+        """Let the frames in flight finish, then stop the workers and release the runtime's queue
+        (its requests / interpreters); safe to call twice."""
+        with self._state:
+            if self.closed:
+                return
+            self.closed = True
+            pending = list(self._outstanding)
+        wait(pending)
+        self._pool.shutdown(wait=True)
+        self.queue.close()
