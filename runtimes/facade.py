@@ -733,32 +733,34 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
         raise
 
 
-#: backend -> (import name, extra) of its runtime wheel, for MissingDependencyError.
-_RUNTIME_WHEELS = {"litert": ("ai_edge_litert", "litert"), "onnxruntime": ("onnxruntime", "onnxruntime"),
-                   "openvino": ("openvino", "openvino")}
-
-
 def _missing_runtime(prof, manifest: Manifest, backend: str | None, device: str | None):
     """A :class:`MissingDependencyError` when no step of the chain could run only because the
     runtime wheels are not installed (the README promises exit 8 naming the extra); else None."""
     from edge_sdk.errors import MissingDependencyError
 
-    from .probe import litert_module, openvino_devices, ort_providers, tensorrt_version
+    from edge_sdk._deps import available
+    from edge_sdk.backends import backends
+
     from .select import candidate_steps
 
     try:
         steps, _ = candidate_steps(prof, manifest, backend, device)
     except Exception:  # noqa: BLE001 - the original error explains a bad choice better
         return None
-    present = {"litert": lambda: litert_module() is not None, "onnxruntime": lambda: ort_providers() is not None,
-               "openvino": lambda: openvino_devices() is not None}
+    known = backends()
     wheels = []
     for step in steps:
-        if step.backend == "tensorrt" and tensorrt_version() is None:
-            continue  # JetPack's, not a pip extra: the ONNX Runtime step after it names the wheel
-        if step.backend not in _RUNTIME_WHEELS or present[step.backend]():
-            return None  # something else (a delegate, a device, TensorRT) was the reason
-        wheels.append(_RUNTIME_WHEELS[step.backend])
+        desc = known.get(step.backend)
+        if desc is None:
+            return None
+        installed = any(available(mod) for mod, _ in desc.modules)
+        if not desc.extra or " " in desc.extra:  # not a pip extra (JetPack's TensorRT)
+            if not installed:
+                continue  # the step after it (ONNX Runtime) names the wheel
+            return None
+        if installed:
+            return None  # something else (a delegate, a device) was the reason
+        wheels.append((desc.modules[0][0], desc.extra))
     if not wheels:
         return None
     module, extra = wheels[0]

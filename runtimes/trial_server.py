@@ -90,17 +90,19 @@ def run_trial(req: dict[str, Any]) -> dict[str, Any]:
 def _preload(backend: str) -> None:
     """Import the runtime of ``backend`` here once, so each forked trial starts with it loaded."""
     try:
-        if backend == "litert":
-            from .litert import interpreter_module
+        from edge_sdk._deps import available, require
+        from edge_sdk.backends import get_backend
 
-            interpreter_module()
-        elif backend in ("onnxruntime", "openvino"):
-            from edge_sdk._deps import require
-
-            require(backend)
-        from .select import BACKENDS
-
-        BACKENDS.get(backend)
+        desc = get_backend(backend)
+        runner = desc.runner_class()
+        preload = getattr(runner, "preload", None)  # a runner may name what to import (LiteRT's interpreter)
+        if callable(preload):
+            preload()
+            return
+        # else the first installed runtime module of the backend (as its runner would pick it)
+        mod = next((m for m, _ in desc.modules if m != "tensorflow" and available(m)), None)
+        if mod is not None:
+            require(mod)
     except Exception:  # noqa: BLE001 - the trial itself reports a missing runtime properly
         pass
 
