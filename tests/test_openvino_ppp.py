@@ -21,7 +21,7 @@ from PIL import Image
 import edge_sdk
 from edge_sdk.converters.openvino_bake import MAX_REL, MIN_COSINE, compare, parse_bake
 from edge_sdk.converters.pipeline import convert
-from edge_sdk.errors import InputValidationError, ManifestError
+from edge_sdk.errors import ConversionError, InputValidationError, ManifestError
 from edge_sdk.manifest import read_manifest
 from models import digit_images, write_image_folder
 
@@ -102,6 +102,20 @@ def test_digits_baked_gray_model_from_bgr_frames(digits):
     assert top_plain == top_baked
 
 
+def test_pipeline_and_submit_feed_baked_frames(detector):
+    """pipeline()/submit() go through the same frame check and feed as infer_image()."""
+    frames = camera_frames(4, seed=21)
+    with edge_sdk.load(detector["baked"]) as b:
+        one = [b.infer_image(f, color="bgr")["output0"] for f in frames]
+        piped = [r["output0"] for r in b.pipeline(frames, max_in_flight=2, color="bgr")]
+        submitted = b.submit(frames[0], color="bgr").result()["output0"]
+        with pytest.raises(InputValidationError, match="takes bgr frames"):
+            list(b.pipeline(frames[:1], color="rgb"))
+    for a, c in zip(one, piped):
+        np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(one[0], submitted, rtol=1e-5, atol=1e-5)
+
+
 def test_manifest_records_baking_and_round_trips(detector, tmp_path):
     m = read_manifest(detector["baked"])
     baked = m.preprocessing.baked
@@ -149,6 +163,21 @@ def test_baked_artifact_refuses_other_frames(detector):
         np.testing.assert_array_equal(from_file, b.infer_image(frame, color="bgr")["output0"])
     with edge_sdk.load(detector["plain"]) as p:
         assert p.describe()["preprocessing"].startswith("on the host")
+
+
+def test_failed_check_fails_the_format_and_publishes_nothing_half_baked(tmp_path):
+    """RESIZE_LINEAR forced on a 7.5x letterbox misses the tolerance: the IR is not published."""
+    sys.path.insert(0, str(REPO / "examples"))
+    import detector_model
+
+    onnx = detector_model.build_onnx(tmp_path / "det.onnx", size=64)
+    calib = write_image_folder(tmp_path / "calib", n=48, size=96)
+    with pytest.raises(ConversionError, match="disagrees with the host preprocessing") as exc:
+        convert(str(onnx), "intel-cpu", tmp_path / "o", calib=str(calib), progress=None,
+                preprocess="size=64x64,resize=letterbox,layout=NCHW,color=RGB,scale=1/255",
+                bake_preprocess="480x640,bgr,resize=linear")
+    assert "resize=pillow" in str(exc.value)
+    assert not (tmp_path / "o" / "intel-cpu").exists()
 
 
 def test_bake_options_are_checked_before_any_work(tmp_path):
