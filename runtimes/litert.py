@@ -80,12 +80,13 @@ class LiteRTRunner(Runner):
     backend = "litert"
     formats = ("tflite-int8",)
 
+    # The interpreter holds its tensors in place: one invoke at a time.
+    thread_safe = False
+
     @staticmethod
     def preload() -> None:
         """Import the interpreter module (the crash guard's helper process does it once, before forking trials)."""
         interpreter_module()
-    # The interpreter holds its tensors in place: one invoke at a time.
-    thread_safe = False
 
     @classmethod
     def validate_container(cls, path: Path, files: dict[str, Path]) -> None:
