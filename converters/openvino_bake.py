@@ -31,7 +31,7 @@ from edge_sdk import typed
 from edge_sdk._deps import require
 from edge_sdk.errors import ConversionError, InputValidationError
 from edge_sdk.manifest import TensorSpec
-from edge_sdk.runtimes.baked import frame_geometry
+from edge_sdk.runtimes.baked import YUV, frame_geometry, frame_shape, rgb_to_yuv
 
 from .base import FormatResult
 
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 #: The format whose graph can hold the preprocessing.
 FORMAT = "openvino-ir"
 #: Frame colour formats a baked graph takes.
-COLORS = ("bgr", "rgb", "gray")
+COLORS = ("bgr", "rgb", "gray", "nv12", "yuv420")
 RESIZES = ("auto", "linear", "pillow")
 #: Tolerance of the baked graph against the host path, per output and frame.
 MIN_COSINE = 0.995
@@ -65,7 +65,7 @@ class BakeRequest:
 
     Attributes:
         frame_size: ``(height, width)`` of the camera frames.
-        color: Their colour format (``bgr``: OpenCV; ``rgb``; ``gray``).
+        color: Their colour format (``bgr``: OpenCV; ``rgb``; ``gray``; ``nv12``, ``yuv420``: one plane).
         resize: ``auto``, ``linear`` or ``pillow`` (see the module docstring).
     """
 
@@ -107,6 +107,8 @@ def parse_bake(value: Any) -> BakeRequest | None:
         raise InputValidationError(f"--bake-preprocess: colour '{color}' is not one of {', '.join(COLORS)}.", _HINT)
     if resize not in RESIZES:
         raise InputValidationError(f"--bake-preprocess: resize '{resize}' is not one of {', '.join(RESIZES)}.", _HINT)
+    if color in YUV and (dims[0] % 2 or dims[1] % 2):
+        raise InputValidationError(f"--bake-preprocess: {color} frames have even sides, got {dims[0]}x{dims[1]}.", _HINT)
     return BakeRequest((dims[0], dims[1]), color, resize)
 
 
@@ -170,6 +172,9 @@ def bake(stage: Path, result: FormatResult, spec: pp.PreprocessSpec | None, requ
                               "Calibrate on an image folder, or pass --preprocess, so there is a recipe to bake.")
     if request.color == "gray" and spec.color != "GRAY":
         raise ConversionError(f"gray frames cannot feed a {spec.color} model.", "Use bgr or rgb frames.")
+    if request.color in YUV and spec.color == "GRAY":
+        raise ConversionError(f"{request.color} frames are not baked for a GRAY model.",
+                              f"Use bgr or rgb frames, or the host path: infer_image(frame, color='{request.color}').")
     core, xml = ov.Core(), stage / result.model_file
     name = spec.input or core.read_model(str(xml)).inputs[0].get_any_name()
     frames = holdout_frames(holdout, name, spec, request)
@@ -184,7 +189,8 @@ def bake(stage: Path, result: FormatResult, spec: pp.PreprocessSpec | None, requ
             first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip() and not ln.startswith("Check")), "")
             raise ConversionError(f"OpenVINO's PrePostProcessor refused the steps ({alg} resize): {first[:300]}",
                                   "Report this with the preprocessing spec; convert without --bake-preprocess meanwhile.") from None
-        tried[alg] = compare(reference, [_run(compiled, {name: f[None]}) for f in frames])
+        shape = frame_shape(request.color, request.frame_size)
+        tried[alg] = compare(reference, [_run(compiled, {name: f.reshape(shape)}) for f in frames])
         say(f"{FORMAT}: baked preprocessing ({request.color} {request.frame_size[0]}x{request.frame_size[1]}, "
             f"resize {alg}) vs host path on {len(frames)} frames: min cosine {tried[alg]['min_cosine']:.5f}, "
             f"max rel {tried[alg]['max_rel']:.4f}" + ("" if tried[alg]["passed"] else " (outside tolerance)"))
@@ -218,12 +224,13 @@ def with_ppp(model, name: str, spec: pp.PreprocessSpec, request: BakeRequest, al
     import openvino as ov
     from openvino.preprocess import ColorFormat, PaddingMode, PrePostProcessor, ResizeAlgorithm
 
-    colors = {"bgr": ColorFormat.BGR, "rgb": ColorFormat.RGB, "gray": ColorFormat.GRAY}
+    colors = {"bgr": ColorFormat.BGR, "rgb": ColorFormat.RGB, "gray": ColorFormat.GRAY,
+              "nv12": ColorFormat.NV12_SINGLE_PLANE, "yuv420": ColorFormat.I420_SINGLE_PLANE}
     h, w = request.frame_size
     ppp = PrePostProcessor(model)
     inp = ppp.input(name)
     inp.tensor().set_element_type(ov.Type.u8).set_layout(ov.Layout("NHWC")).set_color_format(
-        colors[request.color]).set_spatial_static_shape(h, w)
+        colors[request.color]).set_spatial_static_shape(h, w)  # YUV: OpenVINO makes it [1, h*3/2, w, 1]
     inp.model().set_layout(ov.Layout(spec.layout))
     steps = inp.preprocess()
     if spec.color.lower() != request.color:
@@ -272,6 +279,8 @@ def holdout_frames(holdout: list[dict[str, np.ndarray]], name: str, spec: pp.Pre
         img = Image.fromarray(big)
         if request.color == "gray":
             frames.append(np.asarray(img.convert("L")))
+        elif request.color in YUV:
+            frames.append(rgb_to_yuv(np.asarray(img.convert("RGB")), request.color))
         else:
             rgb = np.asarray(img.convert("RGB"))
             frames.append(np.ascontiguousarray(rgb[..., ::-1] if request.color == "bgr" else rgb))
@@ -318,7 +327,7 @@ def _record(result: FormatResult, name: str, spec: pp.PreprocessSpec, request: B
             tried: dict[str, dict[str, Any]], n: int, kinds: dict | None) -> FormatResult:
     """The result with the frame input as this format's I/O and the manifest's ``preprocessing.baked``."""
     h, w = request.frame_size
-    frame = TensorSpec(name, [1, h, w, 1 if request.color == "gray" else 3], "uint8", None, "NHWC")
+    frame = TensorSpec(name, frame_shape(request.color, (h, w)), "uint8", None, "NHWC")
     inputs = [frame if t.name == name else t for t in result.inputs]
     outputs = [replace(t, kind=(kinds or {}).get(t.name, t.kind)) for t in result.outputs]
     io = {FORMAT: {"inputs": [typed.to_dict(t) for t in inputs], "outputs": [typed.to_dict(t) for t in outputs]}}

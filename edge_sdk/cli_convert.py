@@ -47,7 +47,7 @@ from .errors import ConversionError
               help="Class names, one per line (recorded in the manifest; one per class of the head).")
 @click.option("--bake-preprocess", default=None, metavar="HxW[,COLOR][,resize=auto|linear|pillow]",
               help="OpenVINO IR only: compile the preprocessing into the IR for camera frames of this size and "
-                   "colour (bgr, rgb, gray; default bgr), e.g. 480x640,bgr. Recorded in the manifest.")
+                   "colour (bgr, rgb, gray, nv12, yuv420; default bgr), e.g. 480x640,bgr. Recorded in the manifest.")
 @click.option("--allow-accuracy-drop", is_flag=True, help="Write the artifact even if the accuracy gate fails.")
 @click.option("--force", is_flag=True, help="Replace existing artifact folders.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")

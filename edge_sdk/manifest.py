@@ -94,7 +94,8 @@ class BakedPreprocessing:
     Attributes:
         format: The artifact format whose graph holds it (``openvino-ir``).
         input: The graph input that takes the frame.
-        color: The frame's colour format: ``bgr``, ``rgb`` or ``gray``.
+        color: The frame's colour format: ``bgr``, ``rgb``, ``gray``, ``nv12`` or ``yuv420`` (one
+            ``(H*3/2) x W`` plane, the input then ``[1, H*3/2, W, 1]``).
         layout: The frame's layout (``NHWC``).
         element_type: The frame's dtype (``uint8``).
         frame_size: ``[height, width]`` of the frames the graph takes.
@@ -106,7 +107,7 @@ class BakedPreprocessing:
 
     format: str
     input: str
-    color: Literal["bgr", "rgb", "gray"]
+    color: Literal["bgr", "rgb", "gray", "nv12", "yuv420"]
     frame_size: list[int]
     resize: Literal["linear", "pillow"]
     layout: Literal["NHWC"] = "NHWC"

@@ -117,7 +117,7 @@ def check_baked(manifest: Manifest, where: str) -> None:
 
     Raises:
         ManifestError: no spec beside it, an unknown format, a bad frame size, or an input that
-            is not the ``[1, H, W, C]`` uint8 frame it describes.
+            is not the uint8 frame it describes (``[1, H, W, C]``; YUV: ``[1, H*3/2, W, 1]``).
     """
     from .manifest import format_io
 
@@ -131,7 +131,10 @@ def check_baked(manifest: Manifest, where: str) -> None:
     size = baked.frame_size
     if len(size) != 2 or any(not isinstance(d, int) or not 1 <= d <= 16384 for d in size):
         raise ManifestError(f"{at}: frame_size must be [height, width] of 1..16384, got {size[:4]}.", TAMPERED)
-    want = [1, size[0], size[1], 1 if baked.color == "gray" else 3]
+    yuv = baked.color in ("nv12", "yuv420")
+    want = [1, size[0] * 3 // 2, size[1], 1] if yuv else [1, size[0], size[1], 1 if baked.color == "gray" else 3]
+    if yuv and (size[0] % 2 or size[1] % 2):
+        raise ManifestError(f"{at}: {baked.color} frames need an even frame_size, got {size}.", TAMPERED)
     spec = next((t for t in format_io(manifest, baked.format)[0] if t.name == baked.input), None)
     if spec is None or list(spec.shape) != want or spec.dtype != "uint8":
         raise ManifestError(f"{at}: input '{baked.input[:80]}' of {baked.format} is not a uint8 {want} frame.", TAMPERED)

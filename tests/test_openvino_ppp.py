@@ -23,6 +23,7 @@ from edge_sdk.converters.openvino_bake import MAX_REL, MIN_COSINE, compare, pars
 from edge_sdk.converters.pipeline import convert
 from edge_sdk.errors import ConversionError, InputValidationError, ManifestError
 from edge_sdk.manifest import read_manifest
+from edge_sdk.runtimes.baked import rgb_to_yuv
 from models import digit_images, write_image_folder
 
 REPO = Path(__file__).resolve().parents[1]
@@ -116,6 +117,40 @@ def test_pipeline_and_submit_feed_baked_frames(detector):
     np.testing.assert_allclose(one[0], submitted, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("color", ["nv12", "yuv420"])
+def test_yuv_frames_baked(detector, tmp_path, color):
+    """One-plane NV12 / I420 frames: OpenVINO's YUV -> RGB (BT.601 limited) in the graph, against the host path."""
+    sys.path.insert(0, str(REPO / "examples"))
+    import detector_model
+
+    onnx = detector_model.build_onnx(tmp_path / "det.onnx", size=64)
+    calib = write_image_folder(tmp_path / "calib", n=48, size=96)
+    convert(str(onnx), "intel-cpu", tmp_path / "o", calib=str(calib), progress=None,
+            preprocess="size=64x64,resize=letterbox,layout=NCHW,color=RGB,scale=1/255,mean=0.45,std=0.25",
+            bake_preprocess=f"480x640,{color}")
+    baked = tmp_path / "o" / "intel-cpu"
+    assert read_manifest(baked).backend_options["io"]["openvino-ir"]["inputs"][0]["shape"] == [1, 720, 640, 1]
+    frames = [rgb_to_yuv(np.ascontiguousarray(f[..., ::-1]), color) for f in camera_frames(4, seed=31)]
+    assert _agree(detector["plain"], baked, frames, color)["passed"]
+    with edge_sdk.load(baked) as b:
+        with pytest.raises(InputValidationError, match="got 400x640"):
+            b.infer_image(frames[0][:600], color=color)
+        with pytest.raises(InputValidationError, match=f"takes {color} frames"):
+            b.infer_image(camera_frames(1, seed=1)[0], color="bgr")
+
+
+def test_rgb_to_yuv_inverts_the_frame_decoders():
+    from edge_sdk.frames import i420_to_rgb, nv12_to_rgb
+
+    rgb = np.asarray(Image.fromarray(digit_images(1, size=64, seed=2)[0][0]).resize((64, 48)))
+    for color, decode in (("nv12", nv12_to_rgb), ("yuv420", i420_to_rgb)):
+        plane = rgb_to_yuv(rgb, color)
+        assert plane.shape == (72, 64) and plane.dtype == np.uint8
+        # chroma is shared by 2x2 blocks, so only a block-flat image comes back exactly
+        flat = np.repeat(np.repeat(rgb[::2, ::2], 2, axis=0), 2, axis=1)
+        assert np.abs(decode(rgb_to_yuv(flat, color)).astype(int) - flat).max() <= 2
+
+
 def test_manifest_records_baking_and_round_trips(detector, tmp_path):
     m = read_manifest(detector["baked"])
     baked = m.preprocessing.baked
@@ -182,7 +217,7 @@ def test_failed_check_fails_the_format_and_publishes_nothing_half_baked(tmp_path
 
 def test_bake_options_are_checked_before_any_work(tmp_path):
     for text, match in (("480by640", "frame size"), ("bgr", "frame size missing"), ("480x640,yuv", "colour"), ("480x640,resize=cubic", "resize"),
-                        ("480x640,frames=2", "unknown key")):
+                        ("480x640,frames=2", "unknown key"), ("481x640,nv12", "even sides")):
         with pytest.raises(InputValidationError, match=match):
             parse_bake(text)
     assert parse_bake("480x640") == parse_bake({"frame_size": [480, 640], "color": "bgr"})
