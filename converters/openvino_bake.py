@@ -274,7 +274,7 @@ def holdout_frames(holdout: list[dict[str, np.ndarray]], name: str, spec: pp.Pre
         if spec.color == "BGR":
             px = px[..., ::-1]
         img = Image.fromarray(np.ascontiguousarray(px[..., 0] if px.shape[-1] == 1 else px))
-        big = np.asarray(img.resize((w, h), Image.BILINEAR), np.float64)
+        big = np.asarray(img.resize((w, h), Image.Resampling.BILINEAR), np.float64)
         big = np.clip(big + rng.normal(0.0, FRAME_DETAIL, big.shape), 0, 255).astype(np.uint8)
         img = Image.fromarray(big)
         if request.color == "gray":
