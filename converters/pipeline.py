@@ -174,6 +174,43 @@ class Prepared:
     shared: dict = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ConvertConfig:
+    """Every option of one :func:`convert` run, parsed once (``convert()`` and the CLI build it).
+
+    Attributes:
+        calib: Calibration data as given (a path, ``"random"``, a dict, or the list an iterable was read into).
+        calib_count: At most this many samples.
+        input_shapes: ``{name: [d0, ...]}`` fixing dynamic dims (normalised).
+        preprocess: The image preprocessing spec, or None.
+        outputs: Declared output kinds by name.
+        metric: The task metric beside the gate, or None.
+        validation: Separate gate data as given, or None (held back from ``calib``).
+        validation_fn: NNCF accuracy-control validation function (OpenVINO), or None.
+        recovery: What to do when a gate fails (:class:`~.recovery.RecoveryConfig`).
+        streams: Recurrent state pairs ``(output, input)``.
+        head: How the device decodes the outputs, and its labels (``(head, labels)`` as given).
+        bake: Preprocessing compiled into the OpenVINO IR, or None.
+        allow_accuracy_drop: Publish even when the gate fails.
+        force: Replace existing artifact folders.
+    """
+
+    calib: Any
+    calib_count: int | None = None
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    preprocess: Any = None
+    outputs: dict[str, OutputKind] = field(default_factory=dict)
+    metric: Any = None
+    validation: Any = None
+    validation_fn: Callable | None = None
+    recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
+    streams: list[tuple[str, str]] = field(default_factory=list)
+    head: tuple[Any, Any] = (None, None)
+    bake: BakeRequest | None = None
+    allow_accuracy_drop: bool = False
+    force: bool = False
+
+
 def convert(model, profiles, out, *, calib=None, calib_count: int | None = None, input_shapes=None, preprocess=None,
             allow_accuracy_drop: bool = False, force: bool = False, validation_fn: Callable | None = None,
             validation=None, outputs=None, metric=None, recover: str = "mixed", recover_budget: float | None = None,
@@ -238,12 +275,20 @@ def convert(model, profiles, out, *, calib=None, calib_count: int | None = None,
     try:
         with contextlib.redirect_stdout(sys.stderr), no_telemetry():
             patterns = (float_nodes,) if isinstance(float_nodes, str) else tuple(float_nodes or ())
-            cfg = RecoveryConfig(mode=recover, budget_s=recover_budget, float_patterns=patterns,  # type: ignore[arg-type]
-                                 calib_method=calib_method)
-            return _convert(model, profiles, Path(out), calib, calib_count, input_shapes, preprocess,
-                            allow_accuracy_drop, force, validation_fn, validation, outputs, metric, cfg,
-                            progress or (lambda _line: None), parse_streams(stream), (head, labels),
-                            bake=parse_bake(bake_preprocess))
+            recovery = RecoveryConfig(mode=recover, budget_s=recover_budget, float_patterns=patterns,  # type: ignore[arg-type]
+                                      calib_method=calib_method)
+            if calib is None:
+                raise CalibrationError("int8 conversion needs calibration data; none was given.",
+                                       "Pass --calib DIR_OF_IMAGES (or .npy/.npz), or --calib random for an "
+                                       "uncalibrated smoke test.")
+            cfg = ConvertConfig(
+                # A Python iterable of feeds is read once: every profile (and --val) must see the same samples.
+                calib=_materialize(calib), calib_count=calib_count, input_shapes=_normalize_shapes(input_shapes),
+                preprocess=_normalize_preprocess(preprocess), outputs=_normalize_outputs(outputs),
+                metric=_normalize_metric(metric), validation=_materialize(validation), validation_fn=validation_fn,
+                recovery=recovery, streams=parse_streams(stream) or [], head=(head, labels),
+                bake=parse_bake(bake_preprocess), allow_accuracy_drop=allow_accuracy_drop, force=force)
+            return _convert(model, profiles, Path(out), cfg, progress or (lambda _line: None))
     finally:
         # Leave no trace of a run that published nothing: remove the output folder we created.
         if out_created and Path(out).is_dir() and not any(p for p in Path(out).iterdir() if not p.name.startswith(".edge-sdk")):
@@ -264,36 +309,23 @@ def _locked(out: Path, log):
                                    "Wait for it to finish, or choose another --out.") from None
 
 
-def _convert(model, profiles, out: Path, calib, calib_count, input_shapes, preprocess, allow_drop, force,
-             validation_fn, validation, outputs, metric, recovery: RecoveryConfig, log,
-             streams: list[tuple[str, str]] | None = None, head_labels: tuple = (None, None),
-             bake: BakeRequest | None = None) -> ConvertSummary:
+def _convert(model, profiles, out: Path, cfg: ConvertConfig, log) -> ConvertSummary:
     profs = _resolve_profiles(profiles, log)
-    check_bake_profiles(bake, [list(p.artifact.formats) for p in profs])
+    check_bake_profiles(cfg.bake, [list(p.artifact.formats) for p in profs])
     existing = [p.name for p in profs if (out / p.name).exists()]
-    if existing and not force:
+    if existing and not cfg.force:
         raise InputValidationError(f"Artifact folder(s) already exist: {', '.join(str(out / n) for n in existing)}.",
                                    "Pass --force (force=True) to replace them, or choose another --out.")
-    shapes_user = _normalize_shapes(input_shapes)
-    spec = _normalize_preprocess(preprocess)
-    declared = _normalize_outputs(outputs)
-    task = _normalize_metric(metric)
-    if calib is None:
-        raise CalibrationError("int8 conversion needs calibration data; none was given.",
-                               "Pass --calib DIR_OF_IMAGES (or .npy/.npz), or --calib random for an uncalibrated smoke test.")
-    # A Python iterable of feeds is read once: every profile (and --val) must see the same samples.
-    calib = _materialize(calib)
-    validation = _materialize(validation)
     log(f"reading {model}")
     source = read_source(model)
     log(f"source: {source.format}, inputs {[(s.name, s.shape) for s in source.inputs]}, "
         f"outputs {[(s.name, s.shape) for s in source.outputs]}")
-    _check_streams(streams or [], source)
-    post = postprocess_for(*head_labels, source, declared)
-    static = {p.name: fix_shapes(source.inputs, p.artifact.batch_size, shapes_user, source.batch_axes) for p in profs}
-    options: dict[str, Any] = {"validation_fn": validation_fn} if validation_fn is not None else {}
-    if bake is not None:
-        options["bake"] = bake
+    _check_streams(cfg.streams, source)
+    post = postprocess_for(*cfg.head, source, cfg.outputs)
+    static = {p.name: fix_shapes(source.inputs, p.artifact.batch_size, cfg.input_shapes, source.batch_axes) for p in profs}
+    options: dict[str, Any] = {"validation_fn": cfg.validation_fn} if cfg.validation_fn is not None else {}
+    if cfg.bake is not None:
+        options["bake"] = cfg.bake
     if post:
         options["postprocess"] = post
     summaries: list[ProfileSummary] = []
@@ -304,12 +336,12 @@ def _convert(model, profiles, out: Path, calib, calib_count, input_shapes, prepr
         for prof in profs:
             key = json.dumps([static[prof.name].shapes, prof.accuracy.holdout_fraction], sort_keys=True)
             if key not in prepared:
-                prepared[key] = _prepare(source, static[prof.name], prof, calib, calib_count, spec, validation,
-                                         declared, root / f"prep{len(prepared)}", log, streams or [])
+                prepared[key] = _prepare(source, static[prof.name], prof, cfg.calib, cfg.calib_count, cfg.preprocess,
+                                         cfg.validation, cfg.outputs, root / f"prep{len(prepared)}", log, cfg.streams)
                 kinds_report = acc.kinds_table(prepared[key].kinds)
             ctx = BuildContext(source=source, profile=prof, prep=prepared[key], out=out, scratch=root / prof.name,
-                               force=force, allow_drop=allow_drop, options=options, task=task, log=log,
-                               recovery=recovery)
+                               force=cfg.force, allow_drop=cfg.allow_accuracy_drop, options=options, task=cfg.metric,
+                               log=log, recovery=cfg.recovery)
             summaries.append(build_profile(ctx))
     summary = ConvertSummary(str(model), source.format, str(out), summaries, kinds_report)
     log("")
