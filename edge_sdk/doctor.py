@@ -126,6 +126,10 @@ def render(report: dict[str, Any]) -> str:
                 lines.append(f"    {key.replace('_', ' ')}: {val}")
     lines += ["", "Accelerator hints:"]
     for key, val in report["accelerators"].items():
+        if key == "devices":  # per profile: its [host] presence hints found here
+            for prof, found in val.items():
+                lines.append(f"  {prof + ' device':16s} {', '.join(found) if found else 'not found'}")
+            continue
         lines.append(f"  {key:16s} {val if val else '-'}")
     lines += ["", "Power sensors:"]
     sensors = report["power_sensors"]

@@ -186,15 +186,35 @@ def nvidia_gpu() -> str | None:
     return None
 
 
+def device_hints_found(device_globs=(), usb=(), release_files=()) -> list[str]:
+    """Which of a profile's ``[host]`` presence hints this host shows: device nodes matching
+    ``device_globs``, attached USB ``vendor:product`` ids from ``usb``, existing ``release_files``.
+    Nothing is opened but sysfs/dev listings and the release files' existence."""
+    found = [hit for pattern in device_globs for hit in sysfs_glob(pattern)]
+    wanted = {u.lower() for u in usb}
+    found += [f"usb {i}" for i in usb_ids() if i in wanted] if wanted else []
+    found += [f for f in release_files if sysfs_path(f).exists()]
+    return found
+
+
+def profile_device_hints() -> dict[str, list[str]]:
+    """Per profile that declares presence hints in ``[host]``: the hints found on this host."""
+    from .profiles import builtin_profiles
+
+    return {name: device_hints_found(p.host.device_globs, p.host.usb_ids, p.host.release_files)
+            for name, p in builtin_profiles().items()
+            if p.host.device_globs or p.host.usb_ids or p.host.release_files}
+
+
 def accelerator_hints() -> dict[str, object]:
-    """Everything that hints at an accelerator, without loading any driver."""
-    ids = usb_ids()
-    coral_usb = [i for i in ids if i in ("1a6e:089a", "18d1:9302")]
+    """Everything that hints at an accelerator, without loading any driver.
+
+    ``devices``: per profile with ``[host]`` presence hints (device nodes, USB ids, release
+    files), the ones found here; the hints themselves live in the profiles, not in code.
+    """
     return {
         "jetson_release": jetson_release(),
-        "coral_pcie": sysfs_glob("/dev/apex_*"),
-        "coral_usb": coral_usb,
-        "intel_npu": sysfs_glob("/dev/accel/accel*"),
+        "devices": profile_device_hints(),
         "nvidia_gpu": nvidia_gpu(),
         "edgetpu_compiler": shutil.which("edgetpu_compiler"),
         "trtexec": shutil.which("trtexec") or (

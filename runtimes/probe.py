@@ -135,15 +135,15 @@ def probe_litert(accelerator: str) -> StepStatus:
         return StepStatus(True, f"{lite[0]} {lite[1]} (XNNPACK is built in)")
     if accelerator == "edgetpu":
         lib, why = edgetpu_library()
-        hints = hostinfo.accelerator_hints()
-        present = hints["coral_pcie"] or hints["coral_usb"]
         if lib is None:
             return StepStatus(False, f"Edge TPU runtime missing: {why}",
                               "install libedgetpu1-std from the Coral apt repository")
-        if not present:
-            return StepStatus(False, "libedgetpu loads but no Edge TPU is attached (/dev/apex_* or USB 1a6e:089a / 18d1:9302)",
-                              "plug in the Coral USB accelerator, or install the gasket/apex driver for PCIe/M.2 and check permissions on /dev/apex_0")
-        return StepStatus(True, f"{why}; device present")
+        looked, found = accelerator_presence("litert", "edgetpu")
+        if looked and not found:
+            return StepStatus(False, f"libedgetpu loads but no Edge TPU is attached ({' or '.join(looked)})",
+                              "plug in the Coral USB accelerator, or install the gasket/apex driver for PCIe/M.2 and "
+                              "check the permissions of its device node")
+        return StepStatus(True, f"{why}; device present" + (f" ({', '.join(found)})" if found else ""))
     if accelerator == "gpu":
         try:
             ctypes.CDLL("libtensorflowlite_gpu_delegate.so")
@@ -159,6 +159,23 @@ def probe_litert(accelerator: str) -> StepStatus:
             return StepStatus(False, f"external delegate {path} is not installed here", "check the delegate path")
         return StepStatus(True, f"external delegate {path} is present")
     return StepStatus(False, f"unknown LiteRT delegate '{accelerator}'", "use edgetpu, xnnpack, gpu or external:/path.so")
+
+
+def accelerator_presence(backend: str, accelerator: str) -> tuple[list[str], list[str]]:
+    """(hints looked for, hints found) for an accelerator, from the ``[host]`` presence hints
+    (``device_globs``, ``usb_ids``, ``release_files``) of every profile whose chain runs it natively."""
+    from edge_sdk.profiles import builtin_profiles
+
+    globs: list[str] = []
+    usb: list[str] = []
+    files: list[str] = []
+    for prof in builtin_profiles().values():
+        if any(s.backend == backend and s.accelerator == accelerator and s.native for s in prof.runtime.chain):
+            globs += prof.host.device_globs
+            usb += prof.host.usb_ids
+            files += prof.host.release_files
+    looked = list(dict.fromkeys(globs + [f"USB {u}" for u in usb] + files))
+    return looked, hostinfo.device_hints_found(dict.fromkeys(globs), dict.fromkeys(usb), dict.fromkeys(files))
 
 
 def probe_onnxruntime(accelerator: str) -> StepStatus:
