@@ -15,21 +15,29 @@ from types import ModuleType
 from .errors import MissingDependencyError
 from .offline import PHONES_HOME, no_telemetry
 
-#: import name -> the edge-sdk extra that provides it
+#: import name -> the edge-sdk extra that provides it (runtime modules: from the backend descriptors)
 EXTRAS: dict[str, str] = {
-    "ai_edge_litert": "litert",
-    "tflite_runtime": "litert",
-    "onnxruntime": "onnxruntime",
-    "openvino": "openvino",
     "onnx": "convert",
     "tensorflow": "convert",
     "nncf": "convert",
     "onnx2tf": "convert",
     "tf2onnx": "convert",
     "ai_edge_quantizer": "convert",
-    "tensorrt": "tensorrt (NVIDIA JetPack ships it; not on PyPI for Jetson)",
     "matplotlib": "plot",
 }
+
+
+def extra_for(module: str) -> str:
+    """The edge-sdk extra (or install sentence) that provides ``module``'s top-level package."""
+    top = module.split(".")[0]
+    if top in EXTRAS:
+        return EXTRAS[top]
+    from .backends import backends
+
+    for desc in backends().values():
+        if desc.extra and any(mod == top for mod, _ in desc.modules) and top != "tensorflow":
+            return desc.extra
+    return "all"
 
 
 def require(module: str, purpose: str = "", extra: str | None = None) -> ModuleType:
@@ -55,7 +63,7 @@ def require(module: str, purpose: str = "", extra: str | None = None) -> ModuleT
                 return importlib.import_module(module)
         return importlib.import_module(module)
     except ImportError as exc:
-        raise MissingDependencyError(module, extra or EXTRAS.get(top, "all"), purpose) from exc
+        raise MissingDependencyError(module, extra or extra_for(module), purpose) from exc
 
 
 def available(module: str) -> bool:

@@ -99,7 +99,8 @@ class MissingDependencyError(EdgeSDKError):
         what = f" (needed for {purpose})" if purpose else ""
         super().__init__(
             message or f"Python module '{module}' is not installed{what}.",
-            hint or f'pip install "edge-sdk[{extra}]"',
+            # an extra with a space is a sentence (TensorRT comes with JetPack, not from an extra)
+            hint or (extra if " " in extra else f'pip install "edge-sdk[{extra}]"'),
         )
         self.module = module
         self.extra = extra
