@@ -96,7 +96,7 @@ def _enum_names(enum_cls) -> dict[int, str]:
 def _schema():
     from edge_sdk._deps import require
 
-    return require("ai_edge_litert.schema_py_generated", "reading TFLite models", extra="litert")
+    return require("ai_edge_litert.schema_py_generated", "reading TFLite models")
 
 
 def precheck(model: bytes, ops: OperatorSpec) -> PrecheckReport:

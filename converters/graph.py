@@ -103,7 +103,7 @@ def from_tflite(model: bytes, subgraph: int = 0) -> GraphView:
     """View of one subgraph of a TFLite flatbuffer (tensor names as the file has them)."""
     from edge_sdk._deps import require
 
-    schema = require("ai_edge_litert.schema_py_generated", "reading TFLite models", extra="litert")
+    schema = require("ai_edge_litert.schema_py_generated", "reading TFLite models")
     m = schema.Model.GetRootAs(model, 0)
     names = _builtin_names(schema)
     codes = []

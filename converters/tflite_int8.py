@@ -243,7 +243,7 @@ def _io_specs(model: bytes, sources: list[TensorSpec], converted: Converted, kin
     """
     from edge_sdk._deps import require
 
-    interp_mod = require("ai_edge_litert.interpreter", "reading the TFLite model", extra="litert")
+    interp_mod = require("ai_edge_litert.interpreter", "reading the TFLite model")
     interp = interp_mod.Interpreter(model_content=model)
     details = interp.get_input_details() if kind == "inputs" else interp.get_output_details()
     if len(details) != len(sources):

@@ -32,7 +32,7 @@ FOLDABLE = ("DENSIFY", "DEQUANTIZE")
 
 
 def _schema():
-    return require("ai_edge_litert.schema_py_generated", "rewriting TFLite models", extra="litert")
+    return require("ai_edge_litert.schema_py_generated", "rewriting TFLite models")
 
 
 def _builtin_names(schema) -> dict[int, str]:

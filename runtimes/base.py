@@ -115,6 +115,15 @@ class Runner:
             ModelLoadError: the file is not a well-formed container of this format.
         """
 
+    @classmethod
+    def model_artifact(cls, manifest: Any, step: Any) -> Any:
+        """The manifest entry of the file this backend loads for ``step`` (default: the format's model).
+
+        Raises:
+            DelegateUnavailableError: the artifact has no file this step can run (the chain goes on).
+        """
+        return manifest.artifact(step.format, "model")
+
     def activate_impl(self) -> None:
         raise NotImplementedError
 

@@ -39,7 +39,7 @@ from edge_sdk.manifest import Manifest, TensorSpec, format_io
 from edge_sdk.profiles import RuntimeStep
 
 from .base import Runner, RunnerConfig
-from .select import Selection, open_runner, resolve_folder
+from .select import BACKENDS, Selection, open_runner, resolve_folder
 from .baked import baked_frames
 from .tensors import InputPlan, OutputPlan, plan_inputs, plan_outputs
 
@@ -684,9 +684,7 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
     chosen: dict[str, str] = {}
 
     def make_config(step: RuntimeStep) -> RunnerConfig:
-        art = manifest.artifact(step.format, "model")
-        if step.backend == "litert" and step.accelerator == "edgetpu":
-            art = _edgetpu_model(manifest, step.format)
+        art = BACKENDS.get(step.backend).model_artifact(manifest, step)
         chosen["sha"] = art.sha256
         files = {a.role: folder / a.path for a in manifest.artifacts if a.role != "model"}
         return RunnerConfig(model_path=folder / art.path, accelerator=step.accelerator, num_threads=num_threads,
@@ -800,24 +798,6 @@ def gate_verdict(manifest: Manifest, folder: Path, *, strict: bool) -> str | Non
     warnings.warn(text, AccuracyWarning, stacklevel=3)
     log.warning("%s", text)
     return text
-
-
-def _edgetpu_model(manifest, fmt: str):
-    """The ``*_edgetpu.tflite`` that edgetpu_compiler made (role ``engine``).
-
-    The Edge TPU delegate only runs the compiler's custom op: handing it the plain int8 model would
-    "succeed" while every op runs on the host CPU, so an uncompiled artifact skips this step instead.
-
-    Raises:
-        DelegateUnavailableError: the artifact was not compiled for the Edge TPU.
-    """
-    for art in manifest.artifacts:
-        if art.role == "engine" and art.format == fmt and art.path.endswith("_edgetpu.tflite"):
-            return art
-    raise DelegateUnavailableError(
-        "the artifact was not compiled for the Edge TPU (no *_edgetpu.tflite in the manifest)",
-        "compile it with edgetpu_compiler (the command is in the manifest's warnings) and convert again "
-        "on a host that has edgetpu_compiler on PATH")
 
 
 __all__ = ["AccuracyWarning", "InferenceResult", "LoadOptions", "Model", "gate_verdict", "load"]

@@ -83,6 +83,26 @@ class LiteRTRunner(Runner):
     # The interpreter holds its tensors in place: one invoke at a time.
     thread_safe = False
 
+    @classmethod
+    def model_artifact(cls, manifest, step):
+        """The Edge TPU step runs the ``*_edgetpu.tflite`` the compiler made, the others the int8 model.
+
+        The Edge TPU delegate only runs the compiler's custom op: handing it the plain int8 model would
+        "succeed" while every op runs on the host CPU, so an uncompiled artifact skips this step instead.
+
+        Raises:
+            DelegateUnavailableError: the Edge TPU step of an artifact not compiled for it.
+        """
+        if step.accelerator != "edgetpu":
+            return manifest.artifact(step.format, "model")
+        for art in manifest.artifacts:
+            if art.role == "engine" and art.format == step.format and art.path.endswith("_edgetpu.tflite"):
+                return art
+        raise DelegateUnavailableError(
+            "the artifact was not compiled for the Edge TPU (no *_edgetpu.tflite in the manifest)",
+            "compile it with edgetpu_compiler (the command is in the manifest's warnings) and convert again "
+            "on a host that has edgetpu_compiler on PATH")
+
     @staticmethod
     def preload() -> None:
         """Import the interpreter module (the crash guard's helper process does it once, before forking trials)."""

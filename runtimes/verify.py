@@ -30,11 +30,9 @@ def _trial(checked) -> str:
     guard = CrashGuard(cache_dir=None)  # verify always runs the trial: it is the point of asking
 
     def make_config(step) -> RunnerConfig:
-        art = manifest.artifact(step.format, "model")
-        if step.backend == "litert" and step.accelerator == "edgetpu":
-            from .facade import _edgetpu_model
+        from .select import BACKENDS
 
-            art = _edgetpu_model(manifest, step.format)
+        art = BACKENDS.get(step.backend).model_artifact(manifest, step)
         files = {a.role: folder / a.path for a in manifest.artifacts if a.role != "model"}
         return RunnerConfig(model_path=folder / art.path, accelerator=step.accelerator, num_threads=1, files=files,
                             backend_options=dict(manifest.backend_options), model_sha256=art.sha256)
