@@ -55,6 +55,10 @@ class BackendDescriptor:
             accelerator, why (not), and the fix. Never loads a library named by a profile.
         details: Optional ``() -> dict`` or ``"module:function"`` with what ``doctor`` shows
             beyond versions (execution providers, devices ...).
+        op_profiler: Optional ``(runner, runs) -> OpProfile | None`` or ``"module:function"``: the
+            runtime's own per-op profile for ``bench --ops`` (:mod:`edge_sdk.bench.ops`).
+        binder: Optional ``(runner, feed) -> callable`` or ``"module:function"``: one inference on
+            inputs bound once, for ``bench --mode backend`` (:mod:`edge_sdk.bench.backend_mode`).
     """
 
     name: str
@@ -66,6 +70,8 @@ class BackendDescriptor:
     extra: str = ""
     probe: Any = None
     details: Any = None
+    op_profiler: Any = None
+    binder: Any = None
 
     def runner_class(self) -> type:
         """The runner class (imported on first use)."""
@@ -82,6 +88,11 @@ class BackendDescriptor:
     def doctor_details(self) -> dict[str, Any]:
         """What ``doctor`` reports for this backend beyond module versions."""
         return dict(_resolve(self.details)()) if self.details is not None else {}
+
+    def hook(self, name: str) -> Callable | None:
+        """The optional hook ``name`` (``op_profiler``, ``binder``, ``details``), imported, or None."""
+        target = getattr(self, name)
+        return _resolve(target) if target is not None else None
 
     def distributions(self) -> tuple[str, ...]:
         """The distributions whose installed version identifies this runtime, in order."""
@@ -179,16 +190,19 @@ _builtin(
         "litert", "edge_sdk.runtimes.litert:LiteRTRunner", ("tflite-int8",), "xnnpack", ("xnnpack", "cpu"),
         (("ai_edge_litert", "ai-edge-litert"), ("tflite_runtime", "tflite-runtime"), ("tensorflow", "tensorflow")),
         "litert",
-        "edge_sdk.runtimes.probe:probe_litert", "edge_sdk.runtimes.probe:litert_details"),
+        "edge_sdk.runtimes.probe:probe_litert", "edge_sdk.runtimes.probe:litert_details",
+        "edge_sdk.bench.ops:litert_ops", "edge_sdk.bench.backend_mode:bind_litert"),
     BackendDescriptor(
         "onnxruntime", "edge_sdk.runtimes.onnxruntime:OnnxRuntimeRunner", ("onnx-qdq",), "CPUExecutionProvider",
         ("CPUExecutionProvider",),
         (("onnxruntime", "onnxruntime"), ("onnxruntime", "onnxruntime-gpu"), ("onnxruntime", "onnxruntime-openvino")),
-        "onnxruntime", "edge_sdk.runtimes.probe:probe_onnxruntime", "edge_sdk.runtimes.probe:onnxruntime_details"),
+        "onnxruntime", "edge_sdk.runtimes.probe:probe_onnxruntime", "edge_sdk.runtimes.probe:onnxruntime_details",
+        "edge_sdk.bench.ops:onnxruntime_ops", "edge_sdk.bench.backend_mode:bind_onnxruntime"),
     BackendDescriptor(
         "openvino", "edge_sdk.runtimes.openvino:OpenVINORunner", ("openvino-ir", "onnx-qdq"), "CPU", ("CPU",),
         (("openvino", "openvino"),), "openvino",
-        "edge_sdk.runtimes.probe:probe_openvino", "edge_sdk.runtimes.probe:openvino_details"),
+        "edge_sdk.runtimes.probe:probe_openvino", "edge_sdk.runtimes.probe:openvino_details",
+        "edge_sdk.bench.ops:openvino_ops", "edge_sdk.bench.backend_mode:bind_openvino"),
     BackendDescriptor(
         "tensorrt", "edge_sdk.runtimes.tensorrt:TensorRTRunner", ("tensorrt-engine", "onnx-qdq"), "gpu", (),
         (("tensorrt", "tensorrt"),), "JetPack ships tensorrt (not on PyPI for Jetson); elsewhere pip install tensorrt",

@@ -27,6 +27,21 @@ def weights_path(path: Path, files: dict[str, Path]) -> Path:
     return files.get("weights") or path.with_suffix(".bin")
 
 
+def compile_config(cfg) -> dict:
+    """The ``compile_model`` properties for a :class:`RunnerConfig` (threads; the recorded precision).
+
+    The converter pins f32 where it kept layers float on purpose: the CPU plugin would otherwise
+    run them in bf16 on CPUs that have it, undoing what recovery measured.
+    """
+    config: dict = {}
+    if cfg.num_threads and cfg.accelerator == "CPU":
+        config["INFERENCE_NUM_THREADS"] = int(cfg.num_threads)
+    precision = (cfg.backend_options.get("openvino") or {}).get("inference_precision")
+    if precision in ("f32", "bf16", "f16") and cfg.accelerator == "CPU":
+        config["INFERENCE_PRECISION_HINT"] = precision
+    return config
+
+
 class OpenVINORunner(Runner):
     """Runs an OpenVINO IR (or ONNX file) on one OpenVINO device."""
 
@@ -69,14 +84,7 @@ class OpenVINORunner(Runner):
         ov = require("openvino", "running OpenVINO IR models")
         cfg = self.config
         core = ov.Core()
-        config = {}
-        if cfg.num_threads and cfg.accelerator == "CPU":
-            config["INFERENCE_NUM_THREADS"] = int(cfg.num_threads)
-        # The converter pins f32 where it kept layers float on purpose: the CPU plugin would
-        # otherwise run them in bf16 on CPUs that have it, undoing what recovery measured.
-        precision = (cfg.backend_options.get("openvino") or {}).get("inference_precision")
-        if precision in ("f32", "bf16", "f16") and cfg.accelerator == "CPU":
-            config["INFERENCE_PRECISION_HINT"] = precision
+        config = compile_config(cfg)
         try:
             args = [str(cfg.model_path)]
             if cfg.model_path.suffix.lower() == ".xml":

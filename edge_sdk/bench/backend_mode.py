@@ -45,31 +45,46 @@ def _native_feed(runner) -> list[np.ndarray]:
 def bound_call(model: Any) -> Callable[[], Any]:
     """A callable running one inference of ``model``'s runtime on inputs bound once.
 
+    The backend's ``binder`` hook (:mod:`edge_sdk.backends`) binds them.
+
     Raises:
         InputValidationError: the backend has no bound-buffer path here (TensorRT).
     """
-    runner = model._runner
-    feed = _native_feed(runner)
-    backend = runner.backend
-    if backend == "openvino":
-        import openvino as ov
+    from edge_sdk.backends import backends
 
-        req = runner._compiled.create_infer_request()
-        for i, arr in enumerate(feed):
-            req.set_input_tensor(i, ov.Tensor(np.ascontiguousarray(arr)))
-        return req.infer
-    if backend == "onnxruntime":
-        sess = runner._sess
-        io = sess.io_binding()
-        for meta, arr in zip(runner.input_metadata, feed):
-            io.bind_cpu_input(meta.name, np.ascontiguousarray(arr))
-        for meta in runner.output_metadata:
-            io.bind_output(meta.name)
-        return lambda: sess.run_with_iobinding(io)
-    if backend == "litert":
-        interp = runner._interp
-        for meta, arr in zip(runner.input_metadata, feed):
-            interp.set_tensor(meta.handle, arr)
-        return interp.invoke
-    raise InputValidationError(f"--mode backend is not available for {backend} artifacts.",
-                               "Use the default end-to-end mode (TensorRT: trtexec times the engine alone).")
+    runner = model._runner
+    desc = backends().get(runner.backend)
+    binder = desc.hook("binder") if desc is not None else None
+    if binder is None:
+        raise InputValidationError(f"--mode backend is not available for {runner.backend} artifacts.",
+                                   "Use the default end-to-end mode (TensorRT: trtexec times the engine alone).")
+    return binder(runner, _native_feed(runner))
+
+
+def bind_openvino(runner, feed: list[np.ndarray]) -> Callable[[], Any]:
+    """OpenVINO: a request whose input tensors are set once; ``infer`` is the timed call."""
+    import openvino as ov
+
+    req = runner._compiled.create_infer_request()
+    for i, arr in enumerate(feed):
+        req.set_input_tensor(i, ov.Tensor(np.ascontiguousarray(arr)))
+    return req.infer
+
+
+def bind_onnxruntime(runner, feed: list[np.ndarray]) -> Callable[[], Any]:
+    """ONNX Runtime: IO binding of the inputs (outputs bound to CPU); ``run_with_iobinding`` is timed."""
+    sess = runner._sess
+    io = sess.io_binding()
+    for meta, arr in zip(runner.input_metadata, feed):
+        io.bind_cpu_input(meta.name, np.ascontiguousarray(arr))
+    for meta in runner.output_metadata:
+        io.bind_output(meta.name)
+    return lambda: sess.run_with_iobinding(io)
+
+
+def bind_litert(runner, feed: list[np.ndarray]) -> Callable[[], Any]:
+    """LiteRT: tensors set once; ``invoke`` is timed (what ``benchmark_model`` times)."""
+    interp = runner._interp
+    for meta, arr in zip(runner.input_metadata, feed):
+        interp.set_tensor(meta.handle, arr)
+    return interp.invoke

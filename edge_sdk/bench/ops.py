@@ -67,6 +67,8 @@ class OpProfile:
     coverage: float | None = None
     note: str | None = None
     explanation: str | None = None
+    #: The execution provider asked for (ONNX Runtime): ops on another one are flagged.
+    requested_provider: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -153,17 +155,12 @@ def _random_feed(shapes: list[tuple[str, tuple[int, ...], np.dtype]], seed: int 
 def profile_openvino(cfg, runs: int) -> OpProfile:
     """Per-layer counters of the OpenVINO plugin (median real time over ``runs`` inferences)."""
     from edge_sdk._deps import require
-    from edge_sdk.runtimes.openvino import weights_path
+    from edge_sdk.runtimes.openvino import compile_config, weights_path
 
     ov = require("openvino", "profiling OpenVINO IR models")
 
     core = ov.Core()
-    config: dict[str, Any] = {"PERF_COUNT": True}
-    if cfg.num_threads and cfg.accelerator == "CPU":
-        config["INFERENCE_NUM_THREADS"] = int(cfg.num_threads)
-    precision = (cfg.backend_options.get("openvino") or {}).get("inference_precision")
-    if precision in ("f32", "bf16", "f16") and cfg.accelerator == "CPU":
-        config["INFERENCE_PRECISION_HINT"] = precision
+    config: dict[str, Any] = {"PERF_COUNT": True, **compile_config(cfg)}  # as the runner compiles it
     args = [str(cfg.model_path)]
     if Path(cfg.model_path).suffix.lower() == ".xml":
         args.append(str(weights_path(Path(cfg.model_path), cfg.files)))
@@ -347,21 +344,38 @@ def profile(model: Any, runs: int = 20, p50_ms: float | None = None) -> OpProfil
     int8_artifact = any(a.role == "model" and str(a.precision).startswith(("int8", "uint8"))
                         for a in model.manifest.artifacts)
     backend = runner.backend
-    if backend == "openvino":
-        p = profile_openvino(cfg, runs)
-    elif backend == "onnxruntime":
-        p = profile_onnxruntime(cfg, runs)
-    elif backend == "litert" and getattr(runner, "_interp", None) is not None:
-        p = profile_litert(cfg, runner._interp)
-    else:
+    from edge_sdk.backends import backends
+
+    desc = backends().get(backend)
+    hook = desc.hook("op_profiler") if desc is not None else None
+    p = hook(runner, runs) if hook is not None else None
+    if p is None:
         return OpProfile(runtime=f"{backend}/{cfg.accelerator}", timed=False, rows=[], runs=0,
                          note=f"no op profiler wired for {backend} (TensorRT: trtexec --dumpProfile on the device)",
                          explanation=None)
     p.p50_ms = p50_ms
     untimed_reason = p.explanation
-    _finish(p, int8_artifact, cfg.accelerator if backend == "onnxruntime" else None)
+    _finish(p, int8_artifact, p.requested_provider)
     p.explanation = untimed_reason if not p.timed and untimed_reason else explain(p, int8_artifact, runner.details)
     return p
+
+
+def openvino_ops(runner, runs: int) -> OpProfile:
+    """The OpenVINO backend's ``op_profiler`` hook (:mod:`edge_sdk.backends`)."""
+    return profile_openvino(runner.config, runs)
+
+
+def onnxruntime_ops(runner, runs: int) -> OpProfile:
+    """The ONNX Runtime backend's ``op_profiler`` hook: ops on another provider than asked are flagged."""
+    p = profile_onnxruntime(runner.config, runs)
+    p.requested_provider = runner.config.accelerator
+    return p
+
+
+def litert_ops(runner, runs: int) -> OpProfile | None:
+    """The LiteRT backend's ``op_profiler`` hook (ops and delegation of the loaded interpreter; no times)."""
+    interp = getattr(runner, "_interp", None)
+    return profile_litert(runner.config, interp) if interp is not None else None
 
 
 def to_lines(p: OpProfile, n: int = TOP) -> list[str]:
