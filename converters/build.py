@@ -35,6 +35,7 @@ from .publish import drop_formats, keep_rejected
 from .recovery import Recovery, RecoveryConfig, convert_format, copy_into
 from .recovery.report import REPORT_STEM, write_report
 from .summary import FormatOutcome, ProfileSummary
+from .targets import record_float_layers
 
 if TYPE_CHECKING:
     from .pipeline import Prepared
@@ -226,10 +227,7 @@ def _record_recovery(ctx: BuildContext, manifest: Manifest, recs: dict[str, Reco
         record[fmt] = rec.record(feed)
         if rec.ranking:
             write_report(stage, fmt, ctx.profile.name, rec)
-        if fmt == "onnx-qdq" and rec.chosen.recipe.float_nodes and "tensorrt" in manifest.backend_options:
-            manifest.backend_options["tensorrt"]["float_layers"] = list(rec.chosen.recipe.float_nodes)
-            manifest.backend_options["tensorrt"]["float_layers_note"] = (
-                "no Q/DQ around these layers: TensorRT runs them in FP16/FP32 (a precision constraint), the rest in int8")
+        record_float_layers(manifest.backend_options, fmt, rec.chosen.recipe.float_nodes)
     if record:
         manifest.backend_options["recovery"] = record
         manifest.artifacts += _report_files(stage, list(recs))

@@ -22,6 +22,7 @@ from edge_sdk.errors import ConversionError
 from edge_sdk.manifest import TensorSpec
 
 from .base import ConvertJob, FormatResult
+from .targets import TENSORRT_OPTIONS
 
 MODEL_FILE = "model.onnx"
 #: Lowest opset for per-channel QDQ (DequantizeLinear ``axis``).
@@ -100,7 +101,7 @@ def _tensorrt(job: ConvertJob, result: FormatResult) -> None:
     """Record how the device builds the engine; build it here when TensorRT imports."""
     if not job.targets.qdq.tensorrt_engine:
         return
-    result.backend_options["tensorrt"] = {
+    result.backend_options[TENSORRT_OPTIONS] = {
         "build_on_device": True,
         "trtexec": f"trtexec --onnx={MODEL_FILE} --int8 --fp16 --saveEngine={ENGINE_FILE}",
         "python": ("builder = trt.Builder(logger); network = builder.create_network(0); "
@@ -135,8 +136,8 @@ def _tensorrt(job: ConvertJob, result: FormatResult) -> None:
     else:
         result.warnings.append("GPU compute capability unknown (cuda-python not importable): the device will "
                                "rebuild the engine from model.onnx")
-    result.backend_options["tensorrt"].update(info)
-    result.tools["tensorrt"] = trt.__version__
+    result.backend_options[TENSORRT_OPTIONS].update(info)
+    result.tools[TENSORRT_OPTIONS] = trt.__version__
 
 
 def _prepped(job: ConvertJob) -> tuple[Path, int, int]:

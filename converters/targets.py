@@ -75,13 +75,27 @@ def targets_for(profile: Profile) -> Targets:
     return Targets(qdq_config(profile), nncf_config(profile), tflite_config(profile))
 
 
+#: Where an ``onnx-qdq`` artifact records how the device builds its TensorRT engine (``backend_options``).
+TENSORRT_OPTIONS = "tensorrt"
+
+
+def record_float_layers(backend_options: dict, fmt: str, float_nodes) -> None:
+    """After recovery: layers kept float become TensorRT precision constraints, recorded beside the
+    engine build options (only for an ``onnx-qdq`` artifact a TensorRT engine is built from)."""
+    if fmt != "onnx-qdq" or not float_nodes or TENSORRT_OPTIONS not in backend_options:
+        return
+    backend_options[TENSORRT_OPTIONS]["float_layers"] = list(float_nodes)
+    backend_options[TENSORRT_OPTIONS]["float_layers_note"] = (
+        "no Q/DQ around these layers: TensorRT runs them in FP16/FP32 (a precision constraint), the rest in int8")
+
+
 #: NNCF target devices by OpenVINO device name.
 _NNCF_DEVICES = ("CPU", "NPU", "GPU")
 
 
 def qdq_config(profile: Profile) -> QDQConfig:
     """The ``onnx-qdq`` target of ``profile``."""
-    trt = any(s.backend == "tensorrt" or s.accelerator == "TensorrtExecutionProvider" for s in profile.runtime.chain)
+    trt = any(s.backend == TENSORRT_OPTIONS or s.accelerator == "TensorrtExecutionProvider" for s in profile.runtime.chain)
     return QDQConfig(tensorrt_engine=trt, symmetric_activations=profile.quantization.activation_symmetric)
 
 
@@ -99,5 +113,5 @@ def tflite_config(profile: Profile) -> TFLiteConfig:
     return TFLiteConfig(compiler=compiler, float_only_in_cpu_tail=compiler == "edgetpu_compiler")
 
 
-__all__ = ["NNCFConfig", "QDQConfig", "TFLiteConfig", "Targets", "nncf_config", "qdq_config", "targets_for",
+__all__ = ["TENSORRT_OPTIONS", "record_float_layers", "NNCFConfig", "QDQConfig", "TFLiteConfig", "Targets", "nncf_config", "qdq_config", "targets_for",
            "tflite_config"]
