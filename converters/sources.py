@@ -261,7 +261,7 @@ def check_ops(model) -> None:
     if not bad:
         return
     verdicts = _runtime_verdicts(model)
-    if verdicts.get("onnxruntime") is True:
+    if verdicts.get(ORT_LABEL) is True:
         return  # a custom op ONNX Runtime has (e.g. a registered contrib op): the ONNX formats can run it
     listing = "; ".join(f"{op} (nodes: {', '.join(n[:40] for n in nodes[:2])}{'...' if len(nodes) > 2 else ''})"
                         for op, nodes in bad.items())
@@ -275,9 +275,13 @@ def check_ops(model) -> None:
     if tflite_custom:
         msg += f"; they are TFLite custom op(s) ({', '.join(tflite_custom)}) that LiteRT runs"
         hint = "The TFLite formats (profiles arm-cpu, coral-edgetpu) take the model as it is; ONNX targets need it without the custom op."
-    elif verdicts.get("openvino") is True:
+    elif verdicts.get(OV_LABEL) is True:
         hint = "OpenVINO runs them: the intel-cpu profile can take this model. " + hint
     raise ConversionError(msg + ".", hint)
+
+
+#: How the op check names the runtimes it tried (in its messages).
+ORT_LABEL, OV_LABEL = "ONNX Runtime", "OpenVINO"
 
 
 def _runtime_verdicts(model) -> dict[str, bool | None]:
@@ -292,9 +296,9 @@ def _runtime_verdicts(model) -> dict[str, bool | None]:
         ort = require("onnxruntime", "checking ops")
         try:
             ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
-            out["onnxruntime"] = True
+            out[ORT_LABEL] = True
         except Exception:  # noqa: BLE001 - ORT raises its own types for unknown ops
-            out["onnxruntime"] = False
+            out[ORT_LABEL] = False
     if available("openvino"):
         ov = require("openvino", "checking ops")
         with tempfile.TemporaryDirectory() as tmp:
@@ -302,9 +306,9 @@ def _runtime_verdicts(model) -> dict[str, bool | None]:
             path.write_bytes(blob)
             try:
                 ov.Core().read_model(str(path))
-                out["openvino"] = True
+                out[OV_LABEL] = True
             except Exception:  # noqa: BLE001 - OpenVINO raises RuntimeError subclasses
-                out["openvino"] = False
+                out[OV_LABEL] = False
     return out
 
 

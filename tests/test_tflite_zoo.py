@@ -88,6 +88,6 @@ def test_custom_op_stays_float_is_reported_and_other_targets_say_who_can_run_it(
     assert intel.status == "conversion_failed" and "Convolution2DTransposeBias" in intel.reason
     assert "arm-cpu" in intel.reason and "coral-edgetpu" in intel.reason
     jetson = by["jetson-orin"].outcomes[0]
-    assert jetson.status == "conversion_failed" and "onnxruntime and openvino cannot run" in jetson.reason
+    assert jetson.status == "conversion_failed" and "ONNX Runtime and OpenVINO cannot run" in jetson.reason
     report = json.dumps(s.to_dict())
     assert '"conversion_failed"' in report and '"published"' in report
