@@ -230,38 +230,43 @@ def run_one(target: Target, cfg: BenchConfig, progress: Progress | None = None) 
         monitor.close()
 
 
-def _measure(model, target, cfg, manifest, monitor, mem, load_ms, progress) -> BenchResult:
-    rss_loaded = rss_mb()
+def _call_under_test(model, manifest, cfg, image):
+    """What one timed call is: ``(once, stream pairs, stepping)``.
+
+    ``infer_image`` on the decoded image (end to end), one ``Model.stream().step`` for a streamed
+    artifact (the state fed back included), ``infer`` on a seeded feed, or in backend mode the
+    runtime's own call on inputs bound once.
+    """
     feed = make_feed(model.inputs, cfg.seed)
-    image = load_image(cfg.image) if cfg.image else None
-
     streams = [f"{s.output} -> {s.input}" for s in getattr(manifest, "streams", None) or []]
-    stepper = None
-    if streams and image is None and cfg.mode != "backend":
-        # A streamed model runs step by step: time Model.stream().step, the state fed back included.
-        stepper = model.stream()
-        states = {s.input for s in manifest.streams}
-        step_feed = {k: v for k, v in feed.items() if k not in states}
-
-    def once():
-        if image is not None:  # decoded once: we time resize/normalize + inference, not file I/O
-            return model.infer_image(image)
-        if stepper is not None:
-            return stepper.step(step_feed)
-        return model.infer(feed)
-
     if cfg.mode == "backend":
         from .backend_mode import bound_call
 
-        once = bound_call(model)  # type: ignore[assignment]
+        return bound_call(model), streams, False
+    if image is not None:  # decoded once: we time resize/normalize + inference, not file I/O
+        return (lambda: model.infer_image(image)), streams, False
+    if streams:
+        stepper = model.stream()
+        states = {s.input for s in manifest.streams}
+        step_feed = {k: v for k, v in feed.items() if k not in states}
+        return (lambda: stepper.step(step_feed)), streams, True
+    return (lambda: model.infer(feed)), streams, False
 
-    t = time.perf_counter_ns()
-    res = once()
-    first_ms = (time.perf_counter_ns() - t) / 1e6
-    for _ in range(cfg.warmup):
-        once()
-    monitor.measure_idle(cfg.idle_s)
-    rss_warm = rss_mb()
+
+@dataclass
+class _Loop:
+    """What the timed loop measured."""
+
+    lat: list[float]
+    backend_ms: list[float]
+    last: Any
+    wall_s: float
+    cpu_s: float
+    marks: tuple
+
+
+def _timed_loop(once, cfg, monitor, progress, name: str) -> _Loop:
+    """Run ``once`` for ``cfg.runs`` calls (or ``cfg.duration_s``), each timed alone, power sampled over exactly the loop."""
     lat: list[float] = []
     backend_ms: list[float] = []
     total = None if cfg.duration_s else cfg.runs
@@ -271,6 +276,7 @@ def _measure(model, target, cfg, manifest, monitor, mem, load_ms, progress) -> B
     start = time.perf_counter_ns()
     deadline = start + int(cfg.duration_s * 1e9) if cfg.duration_s else None
     next_report = start
+    res = None
     while True:
         t = time.perf_counter_ns()
         res = once()
@@ -279,7 +285,7 @@ def _measure(model, target, cfg, manifest, monitor, mem, load_ms, progress) -> B
         if isinstance(getattr(res, "timings", None), dict) and "inference" in res.timings:
             backend_ms.append(float(res.timings["inference"]))
         if progress and now >= next_report:
-            progress(len(lat), total, (now - start) / 1e9, target.name)
+            progress(len(lat), total, (now - start) / 1e9, name)
             next_report = now + 200_000_000  # at most five updates a second
         if (deadline is not None and now >= deadline) or (deadline is None and len(lat) >= cfg.runs):
             break
@@ -288,9 +294,25 @@ def _measure(model, target, cfg, manifest, monitor, mem, load_ms, progress) -> B
     w1 = monitor.mark()
     monitor.stop()
     if progress:
-        progress(len(lat), len(lat), (end - start) / 1e9, target.name)
-    wall_s = (end - start) / 1e9
-    cpu_s = cpu1 - cpu0
+        progress(len(lat), len(lat), (end - start) / 1e9, name)
+    return _Loop(lat, backend_ms, res, (end - start) / 1e9, cpu1 - cpu0, (w0, w1))
+
+
+def _measure(model, target, cfg, manifest, monitor, mem, load_ms, progress) -> BenchResult:
+    """Cold call, warm-up, idle baseline, the timed loop, then one :class:`BenchResult`."""
+    rss_loaded = rss_mb()
+    image = load_image(cfg.image) if cfg.image else None
+    once, streams, stepping = _call_under_test(model, manifest, cfg, image)
+    t = time.perf_counter_ns()
+    res = once()
+    first_ms = (time.perf_counter_ns() - t) / 1e6
+    for _ in range(cfg.warmup):
+        once()
+    monitor.measure_idle(cfg.idle_s)
+    rss_warm = rss_mb()
+    loop = _timed_loop(once, cfg, monitor, progress, target.name)
+    res = loop.last if loop.last is not None else res
+    lat, wall_s, cpu_s = loop.lat, loop.wall_s, loop.cpu_s
     rss_end = rss_mb()
     mem.mark()
     peaks = [v for _, v in mem.samples if v] + [v for v in (peak_rss_mb(),) if v]
@@ -305,17 +327,18 @@ def _measure(model, target, cfg, manifest, monitor, mem, load_ms, progress) -> B
         precision=str(details.get("inference_precision") or art_precision or "") or None,
         threads=cfg.threads or details.get("num_threads"),
         runs=len(lat), warmup=cfg.warmup, load_ms=load_ms, first_inference_ms=first_ms,
-        latency_ms=summarize(lat), inference_ms=summarize(backend_ms) if len(backend_ms) == len(lat) else None,
+        latency_ms=summarize(lat),
+        inference_ms=summarize(loop.backend_ms) if len(loop.backend_ms) == len(lat) else None,
         throughput_ips=len(lat) / wall_s if wall_s > 0 else 0.0,
         peak_rss_mb=max(peaks) if peaks else None,
         rss_growth_mb=(rss_end - rss_warm) if rss_end is not None and rss_warm is not None else None,
         rss_after_load_mb=rss_loaded,
         cpu_time_s=cpu_s, cpu_utilization=cpu_s / wall_s if wall_s > 0 else 0.0, wall_s=wall_s,
-        power=monitor.result(w0, w1, len(lat)), end_to_end=image is not None, mode=cfg.mode,
+        power=monitor.result(*loop.marks, len(lat)), end_to_end=image is not None, mode=cfg.mode,
         fallback=bool(getattr(res, "fallback", False) or getattr(model, "fallback", False)),
         runtime={"details": {k: v for k, v in details.items() if isinstance(v, (str, int, float, bool, list))},
                  "model_sha256": getattr(res, "model_sha256", None),
                  **({"stream": {"state": streams, "timed": "one step of Model.stream(), the state fed back from "
-                                                          "the previous step's outputs"}} if stepper is not None else {})},
+                                                          "the previous step's outputs"}} if stepping else {})},
         samples_ms=[round(v, 6) for v in lat[::stride]], samples_stride=stride,
     )
