@@ -8,9 +8,9 @@ process). The same 480x640 BGR frames (``examples/camera_app.py``'s synthetic ca
 * **raw loop**: hand-written letterbox, BGR->RGB, the runtime's own call, threshold and NMS by hand
   (``camera_app.raw_loop``), one frame at a time;
 * **sync loop**: ``for f in frames: model.infer_image(f, color="bgr")`` (detections decoded);
-* **pipeline(N)**: ``model.pipeline(frames, max_in_flight=N, color="bgr")`` on the runtime's own
-  async machinery (LiteRT: N interpreters; ONNX Runtime: session.run on worker threads; OpenVINO:
-  an AsyncInferQueue of N requests).
+* **pipeline(N)**: ``model.pipeline(frames, max_in_flight=N, color="bgr")``: inference on N
+  runtime workers (LiteRT: N interpreters; ONNX Runtime: session.run on worker threads; OpenVINO:
+  N infer requests) beside pre/post-processing on worker threads.
 
 Contenders run in alternated rounds (a fresh random order per round) and the median frames/s of
 the rounds is reported, so that load from other processes hits each alike.
@@ -186,7 +186,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", default=str(Path(__file__).with_suffix(".json")), help="where to write the result")
     ap.add_argument("--size", type=int, default=320, help="detector input side")
-    ap.add_argument("--width", type=int, default=3, help="conv channel multiplier of the detector (inference cost)")
+    ap.add_argument("--width", type=int, default=4, help="conv channel multiplier of the detector (inference cost)")
     ap.add_argument("--artifacts", help="build the artifacts here (or reuse them) instead of a temporary folder")
     ap.add_argument("--frames", type=int, default=48, help="frames per round")
     ap.add_argument("--rounds", type=int, default=5)

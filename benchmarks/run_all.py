@@ -17,7 +17,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SUITE = ["bench_facade_overhead.py", "bench_int8_vs_float.py", "bench_cold_start.py", "bench_vs_vendor.py",
-         "bench_conversion.py", "bench_realmodels.py"]
+         "bench_conversion.py", "bench_realmodels.py", "bench_pipeline.py"]
 
 
 def to_markdown(data: dict) -> str:

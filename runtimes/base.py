@@ -175,7 +175,7 @@ class Runner:
 
         The default runs :meth:`infer_impl` on worker threads: ``jobs`` of them when the runner
         is thread-safe, else one, holding ``lock`` (the facade's per-model lock) around each call.
-        Backends override it (OpenVINO ``AsyncInferQueue``, one LiteRT interpreter per worker).
+        Backends override it (one OpenVINO infer request or LiteRT interpreter per worker).
 
         Args:
             jobs: Inferences that may be in progress at once (1..64).
@@ -204,15 +204,10 @@ class InferQueue:
 
     Attributes:
         jobs: Inferences that can run at once.
-        kind: What runs them, e.g. ``openvino AsyncInferQueue``.
+        kind: What runs them, e.g. ``litert 2 interpreter(s) x 1 thread(s)``.
         made: Native objects made for this queue (infer requests, interpreters); 0 when it
             reuses the runner's own.
-        inline_finish: Completion callbacks run on the queue's own Python worker threads, where the
-            caller may post-process at once; False when they run on a runtime thread that must
-            be returned quickly (OpenVINO's).
     """
-
-    inline_finish = False
 
     def __init__(self, jobs: int, kind: str, made: int = 0):
         self.jobs, self.kind, self.made = jobs, kind, made
@@ -263,8 +258,6 @@ class ThreadInferQueue(InferQueue):
         initializer: Run once in each worker thread (binds a per-thread interpreter).
         release: Called by :meth:`close` after the workers stopped.
     """
-
-    inline_finish = True
 
     def __init__(self, call: Callable[[list[np.ndarray]], list[np.ndarray]], jobs: int, kind: str, *,
                  lock: "threading.Lock | None" = None, made: int = 0, initializer: Callable[[], None] | None = None,

@@ -409,9 +409,9 @@ class Model:
         """Infer a stream of frames with up to ``max_in_flight`` in progress; yields results in order.
 
         Inference runs on the runtime's own async machinery while other frames are preprocessed
-        and decoded: OpenVINO's ``AsyncInferQueue`` of ``max_in_flight`` requests, one LiteRT
-        interpreter per in-flight frame on the CPU (made from the verified model bytes, the
-        thread budget split between them), ONNX Runtime ``session.run`` on worker threads.
+        and decoded: ``max_in_flight`` OpenVINO infer requests, or LiteRT interpreters on the CPU
+        (made from the verified model bytes, the thread budget split between them), each on its
+        own worker thread; ONNX Runtime ``session.run`` on worker threads.
         A hardware LiteRT delegate and TensorRT run one inference at a time (pre/post-processing
         still overlap). Results equal a plain ``for f in frames: model.infer_image(f)`` loop.
         A frame that fails raises its error (e.g. ``InputValidationError``) when its turn comes;

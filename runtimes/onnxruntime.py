@@ -8,9 +8,6 @@ use, so the facade can refuse (strict) or report the fallback (non-strict).
 from __future__ import annotations
 
 import platform
-import threading
-import time
-from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +15,7 @@ import numpy as np
 from edge_sdk._deps import require
 from edge_sdk.errors import DelegateUnavailableError
 
-from .base import InferQueue, Native, NativeTensor, Runner, corrupt, native_error, read_head
+from .base import NativeTensor, Runner, corrupt, native_error, read_head
 
 #: ONNX tensor type strings -> numpy dtypes (the ones an artifact may use at its boundary).
 ORT_TYPES = {
@@ -68,7 +65,11 @@ class OnnxRuntimeRunner(Runner):
 
     backend = "onnxruntime"
     formats = ("onnx-qdq",)
-    # InferenceSession.run is documented as thread-safe.
+    # InferenceSession.run is documented as thread-safe. Pipelines use the base runner's worker threads
+    # (session.run releases the GIL): run_async was measured slower here (32-35 frames/s against
+    # 61-63 for two worker threads on the 320 detector, 2 intra-op threads): it runs the graph on
+    # an intra-op pool thread, leaving one thread fewer for the graph's own parallel work, and
+    # ONNX Runtime refuses it with num_threads=1.
     thread_safe = True
 
     @classmethod
@@ -128,58 +129,6 @@ class OnnxRuntimeRunner(Runner):
     def infer_impl(self, feed: list[np.ndarray]) -> list[np.ndarray]:
         return self._sess.run(self._out_names, dict(zip(self._in_names, feed)))
 
-    def open_queue(self, jobs: int, lock=None) -> InferQueue:
-        """``InferenceSession.run_async`` when the session has an intra-op thread pool to run it on
-        (``num_threads`` unset or above 1; ONNX Runtime refuses it with one thread), else
-        ``session.run`` (thread-safe, releases the GIL) on ``jobs`` worker threads."""
-        if self.config.num_threads == 1 or not hasattr(self._sess, "run_async"):
-            return super().open_queue(jobs, lock)
-        return RunAsyncQueue(self._sess, self._in_names, self._out_names, jobs)
-
     def deactivate_impl(self) -> None:
         self._sess = None
 
-
-class RunAsyncQueue(InferQueue):
-    """``InferenceSession.run_async``: the inference runs on a thread of ONNX Runtime's intra-op pool
-    and calls back there; at most ``jobs`` are started at once. The callback only hands the arrays
-    over (post-processing there would hold a compute thread)."""
-
-    def __init__(self, sess, in_names: list[str], out_names: list[str], jobs: int):
-        super().__init__(jobs, f"onnxruntime run_async, {jobs} in flight")
-        self._sess, self._in, self._out = sess, in_names, out_names
-        self._slots = threading.Semaphore(jobs)
-        self._idle = threading.Condition()
-
-    def _done(self, results, userdata, err: str) -> None:
-        future, t0, _feed = userdata
-        ms = (time.perf_counter() - t0) * 1e3
-        with self._idle:
-            self._leave()
-            self._idle.notify_all()
-        self._slots.release()
-        if err:
-            future.set_exception(RuntimeError(err))
-        else:
-            future.set_result((list(results), ms))
-
-    def submit(self, feed: list[np.ndarray]) -> "Future[Native]":
-        self._refuse_closed()
-        self._slots.acquire()
-        future: Future[Native] = Future()
-        self._enter()
-        try:
-            self._refuse_closed()
-            self._sess.run_async(self._out, dict(zip(self._in, feed)), self._done, (future, time.perf_counter(), feed))
-        except BaseException:
-            with self._idle:
-                self._leave()
-                self._idle.notify_all()
-            self._slots.release()
-            raise
-        return future
-
-    def close(self) -> None:
-        self.closed = True
-        with self._idle:  # run_async has no wait(): wait for the callbacks of the calls in flight
-            self._idle.wait_for(lambda: self.running == 0)

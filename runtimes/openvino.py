@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 import xml.etree.ElementTree as ET
-from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,7 @@ import numpy as np
 from edge_sdk._deps import require
 from edge_sdk.errors import DelegateUnavailableError
 
-from .base import InferQueue, Native, NativeTensor, Runner, corrupt, native_error
+from .base import InferQueue, NativeTensor, Runner, ThreadInferQueue, corrupt, native_error
 
 #: IR files larger than this are not parsed in Python for the pre-check (the plugin still checks).
 MAX_XML_CHECK_BYTES = 64 * 1024 * 1024
@@ -147,60 +146,27 @@ class OpenVINORunner(Runner):
         return list(res.to_tuple())
 
     def open_queue(self, jobs: int, lock=None) -> InferQueue:
-        """OpenVINO's own ``AsyncInferQueue`` of ``jobs`` infer requests over the compiled model."""
-        return AsyncQueue(self._compiled, jobs, self._n_out)
+        """``jobs`` infer requests of the compiled model, each owned by one worker thread.
+
+        ``InferRequest.infer`` releases the GIL while the plugin runs. OpenVINO's
+        ``AsyncInferQueue`` with a Python callback was tried first and hung in about half of the
+        test runs when the model was released afterwards (the main thread, freeing the compiled
+        model, waited for a plugin thread that waited for the GIL), so no Python code runs on the
+        plugin's own threads.
+        """
+        local = threading.local()
+        free = [self._compiled.create_infer_request() for _ in range(jobs)]
+
+        def bind() -> None:  # each worker thread takes one request for its life
+            local.req = free.pop()
+
+        def call(feed: list[np.ndarray]) -> list[np.ndarray]:
+            return list(local.req.infer(feed, share_inputs=True).to_tuple())
+
+        return ThreadInferQueue(call, jobs, f"openvino {jobs} infer request(s) on worker threads", made=jobs,
+                                initializer=bind, release=free.clear)
 
     def deactivate_impl(self) -> None:
         self._compiled = None
         self._tls = threading.local()
 
-
-class AsyncQueue(InferQueue):
-    """``openvino.AsyncInferQueue``: ``start_async`` returns at once (or when a request is free);
-    the callback, on an OpenVINO thread, copies the outputs out of the request before it is reused."""
-
-    def __init__(self, compiled, jobs: int, n_out: int):
-        import openvino as ov
-
-        super().__init__(jobs, f"openvino AsyncInferQueue of {jobs} request(s)", made=jobs)
-        self._aq = ov.AsyncInferQueue(compiled, jobs)
-        self._aq.set_callback(self._done)
-        self._n_out = n_out
-        self._state = threading.Lock()
-        self._slots = threading.Semaphore(jobs)
-
-    def _done(self, request, userdata) -> None:
-        future, _feed = userdata  # the feed is held until here: start_async shares its memory
-        try:
-            outs = [np.array(request.get_output_tensor(i).data, copy=True) for i in range(self._n_out)]
-            result = (outs, float(request.latency))
-        except Exception as exc:  # noqa: BLE001 - surfaces at the frame's turn
-            result = exc
-        self._leave()
-        self._slots.release()
-        if isinstance(result, Exception):
-            future.set_exception(result)
-        else:
-            future.set_result(result)
-
-    def submit(self, feed: list[np.ndarray]) -> "Future[Native]":
-        future: Future[Native] = Future()
-        with self._state:
-            self._refuse_closed()
-            self._slots.acquire()  # a request is free (counted here, so `peak` never exceeds jobs)
-            self._enter()
-            try:
-                self._aq.start_async(feed, (future, feed), share_inputs=True)
-            except BaseException:
-                self._leave()
-                self._slots.release()
-                raise
-        return future
-
-    def close(self) -> None:
-        with self._state:
-            if self.closed:
-                return
-            self.closed = True
-            self._aq.wait_all()
-            self._aq = None

@@ -5,10 +5,10 @@ overlap:
 
 1. **prepare** (a Python worker thread): :meth:`Model.preprocess_with_transform`, then the
    manifest's input contract and quantization (the same ``InputPlan`` as ``infer``);
-2. **infer** (the runtime's own async machinery, a :class:`~edge_sdk.runtimes.base.InferQueue`:
-   OpenVINO ``AsyncInferQueue``, one LiteRT interpreter per worker, ONNX Runtime ``session.run``
-   on worker threads); the prepare thread is free as soon as the inference is queued;
-3. **finish** (the queue's worker thread, or for OpenVINO a Python worker thread): dequantize, build the ``InferenceResult``, decode
+2. **infer** (a :class:`~edge_sdk.runtimes.base.InferQueue` the runner opens: one OpenVINO infer
+   request or one LiteRT interpreter per worker, ONNX Runtime ``session.run`` on worker threads;
+   each native call releases the GIL); the prepare thread is free as soon as the inference is queued;
+3. **finish** (on the queue's worker that ran the inference): dequantize, build the ``InferenceResult``, decode
    the head.
 
 So preprocessing and decoding of some frames run while the runtime infers others, and the
@@ -82,15 +82,17 @@ class FramePipeline:
                 raise ModelLoadError("This model is closed.", "Load it again with edge_sdk.load().")
             self._outstanding.add(out)
             out.add_done_callback(self._forget)
-            self._pool.submit(self._prepare, frame, out, _perf())
+            self._pool.submit(self._prepare, frame, out)
         return out
 
     def _forget(self, fut: Future) -> None:
         with self._state:
             self._outstanding.discard(fut)
 
-    def _prepare(self, frame: Any, out: Future, t0: float) -> None:
-        model = self.model
+    def _prepare(self, frame: Any, out: Future) -> None:
+        if not out.set_running_or_notify_cancel():  # the caller cancelled it before it started
+            return
+        t0, model = _perf(), self.model
         try:
             x, transform = model.preprocess_with_transform(frame, color=self.color, fast=self.fast)
             t1 = _perf()
@@ -99,19 +101,8 @@ class FramePipeline:
         except BaseException as exc:  # noqa: BLE001 - the frame's error, raised at its turn
             out.set_exception(exc)
             return
-        native.add_done_callback(lambda f: self._hand_over(f, out, (t0, t1, t_quant, transform)))
-
-    def _hand_over(self, native: "Future[Native]", out: Future, prepared: tuple) -> None:
-        """Where the inference completed: finish right there on a queue's own worker thread (one
-        thread hop less per frame), else queue the finish on a Python worker (an OpenVINO request
-        is not reused until its callback returns, so nothing heavy runs in the callback)."""
-        if self.queue.inline_finish:
-            self._finish(native, out, prepared)
-            return
-        try:
-            self._pool.submit(self._finish, native, out, prepared)
-        except RuntimeError:  # the pool is shutting down: finish here
-            self._finish(native, out, prepared)
+        # Finish where the inference completed (the queue's own worker: one thread hop less per frame).
+        native.add_done_callback(lambda f: self._finish(f, out, (t0, t1, t_quant, transform)))
 
     def _finish(self, native: "Future[Native]", out: Future, prepared: tuple) -> None:
         model = self.model
