@@ -210,12 +210,16 @@ def main() -> int:
         f"Frames/s: median of {args.rounds} rounds over all frames, contenders in a fresh random order each round; "
         "pipelines include making their queue (LiteRT interpreters) on each call.",
         "'inference ms' and 'pre+post ms' are medians of the sync loop's own timings (preprocess + head decoding/NMS).",
-        "What runs the pipeline: " + "; ".join(f"{b}: {', '.join(f'N={d}: {k}' for d, k in sorted(v.items()))}"
+        f"What runs the pipeline (threads {args.threads.split(',')[-1].replace('0', 'default')}): " + "; ".join(f"{b}: {', '.join(f'N={d}: {k}' for d, k in sorted(v.items()))}"
                                             for b, v in kinds.items()) + ".",
         "The pipeline's detections equal the sync loop's for every frame (checked before timing). "
         "A ratio below 1 means the pipeline's thread hops cost more than the overlap gained.",
         "threads: num_threads given to load() (and to the raw loop); a LiteRT pipeline splits it between its "
-        "interpreters (at least one each), so pipeline(N) may use more cores than the sync loop.",
+        "interpreters (at least one each), so pipeline(N) may use more cores than the sync loop. ONNX Runtime's "
+        "int8 is slow on x86 because the runner keeps activations int8 (s8s8, as on ARM; see the runtime docs), "
+        "which makes it the inference-bound case here.",
+        "The host has 2 cores shared with other jobs: a pipeline gains only when a core is free beside the loop, "
+        "and ratios vary between runs (a run under another job's load measured 0.9-1.45x for the same rows).",
     ]
     data = write_result(args.json, "Pipelined inference: frames/s of a camera detector loop, sync vs pipeline()",
                         ["runtime", "threads", "inference ms", "pre+post ms", "raw loop fps", "sync loop fps",
