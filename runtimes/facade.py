@@ -369,7 +369,7 @@ class Model:
         from .pipelining import FramePipeline
 
         with self._pool_lock:
-            if not self._runner.is_active:
+            if not self._runner.is_active or self.__dict__.get("_pipes_closed"):
                 raise ModelLoadError("This model is closed.", "Load it again with edge_sdk.load().")
             pipe = FramePipeline(self, jobs, color=color, fast=fast, name=name)
             self.__dict__.setdefault("_pipes", set()).add(pipe)
@@ -417,7 +417,9 @@ class Model:
         A frame that fails raises its error (e.g. ``InputValidationError``) when its turn comes;
         use :meth:`submit` to handle each frame yourself. Frames must not be changed until their
         result is yielded. Leaving the loop (``break``, an error, closing the generator) lets the
-        frames in flight finish and releases the extra requests/interpreters.
+        frames in flight finish and releases the extra requests/interpreters. Afterwards
+        ``model.last_pipeline`` says what ran: ``kind``, ``jobs``, ``made`` (requests or
+        interpreters made for it) and ``peak`` (most inferences in progress at once).
 
         Args:
             frames: Any iterable (a generator reading a camera is read ahead by ``max_in_flight``).
@@ -469,14 +471,13 @@ class Model:
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
         """Release the native model; safe to call twice, and from another thread (a call in
-        flight finishes first; later calls raise ``ModelLoadError``). Frames submitted with
-        :meth:`submit` finish first."""
+        flight finishes first; later calls raise ``ModelLoadError``). Frames in flight in
+        :meth:`submit` and :meth:`pipeline` finish first; then the pipelines' extra infer
+        requests / interpreters and worker threads are released, then the model."""
         with self._pool_lock:
-            pool, self._pool = self._pool, None
+            self.__dict__["_pipes_closed"] = True  # no pipeline opens from here on
             pipes = list(self.__dict__.pop("_pipes", ()))
             self.__dict__.pop("_submit_pipes", None)
-        if pool is not None:
-            pool.shutdown(wait=True)
         for pipe in pipes:  # frames in flight finish; extra requests / interpreters are released
             pipe.close()
         if self._lock is None:
