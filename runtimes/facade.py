@@ -363,6 +363,9 @@ class Model:
         return result
 
     # -- pipelining -------------------------------------------------------------------------
+    #: What the last :meth:`pipeline` ran on (``kind``, ``jobs``, ``made``, ``peak``); None before one.
+    last_pipeline: "dict[str, Any] | None" = None
+
     def _frame_pipeline(self, jobs: int, color: str = "rgb", fast: bool | float = False,
                         name: str = "edge_sdk-pipeline") -> "FramePipeline":
         """A :class:`~edge_sdk.runtimes.pipelining.FramePipeline` registered for :meth:`close`."""

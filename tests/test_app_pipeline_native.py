@@ -198,3 +198,16 @@ def test_a_cancelled_submit_is_skipped(arts):
             if f not in cancelled:
                 assert "logits" in f.result(timeout=60)
     assert all(f.cancelled() for f in cancelled)
+
+
+def test_litert_pipeline_refuses_a_model_file_changed_after_load(arts, tmp_path):
+    """The extra interpreters are made from bytes checked against the manifest's sha256, not a path
+    trusted blindly: a file swapped after load() is refused before any interpreter is made."""
+    folder = ra.copy_artifact(arts["litert"], tmp_path / "arm-cpu")
+    with edge_sdk.load(folder, backend="litert") as model:
+        assert model.last_pipeline is None
+        with (folder / "model.tflite").open("ab") as fh:
+            fh.write(b"\0")
+        with pytest.raises(ModelLoadError, match="changed since it was loaded"):
+            next(model.pipeline(bgr_frames(2), color="bgr"))
+        assert "logits" in model.infer_image(bgr_frames(1)[0], color="bgr")  # the loaded interpreter still runs
