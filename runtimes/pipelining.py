@@ -128,12 +128,9 @@ class FramePipeline:
         result = InferenceResult(outputs, {"preprocess": (t1 - t0) * 1e3, "quantize": t_quant * 1e3, "inference": ms,
                                            "dequantize": (t3 - t2) * 1e3, "total": 0.0},
                                  *model._facts, transform, model.labels)
-        head = model.head
-        if head is not None and head.kind in ("yolov8", "yolov5"):
-            from edge_sdk.detect import decode
+        from edge_sdk.detect import apply_head
 
-            out = result[head.output] if head.output else next(iter(outputs.values()))
-            result._detections = decode(out, head, transform=transform, labels=model.labels)
+        if apply_head(result, model.head, transform=transform, labels=model.labels):  # as infer_image decodes
             result.timings["postprocess"] = (_perf() - t3) * 1e3
         result.timings["total"] = (_perf() - t0) * 1e3
         return result

@@ -306,6 +306,17 @@ def test_convert_records_the_complete_spec_and_load_decodes_with_it(ssd_artifact
         assert "postprocess" in result.timings
 
 
+def test_pipeline_and_submit_decode_the_ssd_head_like_infer_image(ssd_artifact):
+    _, folder = ssd_artifact
+    frames = [np.random.default_rng(10 + i).integers(0, 256, (48, 64, 3), dtype=np.uint8) for i in range(6)]
+    with edge_sdk.load(folder) as model:
+        sync = [model.infer_image(f).detections for f in frames]
+        assert any(sync), "the stand-in detector should fire on some frame"
+        piped = [r.detections for r in model.pipeline(iter(frames), max_in_flight=2)]
+        submitted = model.submit(frames[0]).result(timeout=60).detections
+    assert piped == sync and submitted == sync[0]
+
+
 def test_a_spec_that_does_not_fit_the_model_is_refused_before_anything_is_written(ssd_artifact, tmp_path, capsys):
     root, _ = ssd_artifact
     with pytest.raises(InputValidationError, match="makes 32 anchors but output 'regressors'"):
