@@ -27,7 +27,7 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -51,6 +51,14 @@ if TYPE_CHECKING:
 
 _perf = time.perf_counter
 log = logging.getLogger("edge_sdk.runtime")
+
+
+def _decoded(value, what: str, head: str, example: str):
+    """A head's decoded result, or the error saying the model was loaded without that head."""
+    if value is None:
+        raise InputValidationError(f"This result has no {what}: the model was loaded without {head}.",
+                                   f"Load it with edge_sdk.load(path, {example}) and use infer_image().")
+    return value
 
 
 @dataclass(slots=True, eq=False)
@@ -108,10 +116,7 @@ class InferenceResult(Mapping):
         Raises:
             InputValidationError: the model was loaded without a detector head.
         """
-        if self._detections is None:
-            raise InputValidationError("This result has no detections: the model was loaded without a detector head.",
-                                       "Load it with edge_sdk.load(path, head='yolov8', labels=[...]) and use infer_image().")
-        return self._detections
+        return _decoded(self._detections, "detections", "a detector head", "head='yolov8', labels=[...]")
 
     @property
     def mask(self) -> np.ndarray:
@@ -121,10 +126,7 @@ class InferenceResult(Mapping):
         Raises:
             InputValidationError: the model was loaded without a segmentation head.
         """
-        if self._mask is None:
-            raise InputValidationError("This result has no mask: the model was loaded without a segmentation head.",
-                                       "Load it with edge_sdk.load(path, head='segmentation') and use infer_image().")
-        return self._mask
+        return _decoded(self._mask, "mask", "a segmentation head", "head='segmentation'")
 
     def top_k(self, k: int = 5, output: str | None = None) -> "list[TopK]":
         """The ``k`` highest class scores as ``(label, score, index)``, best first.
@@ -182,7 +184,10 @@ class Model:
             self._preprocess = (None, None, self._baked.name)
         self.head: "Head | None" = None
         self.labels: list[str] | None = None
-        self._pool: ThreadPoolExecutor | None = None
+        # pipelines open for close() to drain; submit()'s shared one per (color, fast); set by close()
+        self._pipes: "set[FramePipeline]" = set()
+        self._submit_pipes: "dict[tuple, FramePipeline]" = {}
+        self._pipes_closed = False
         self._pool_lock = threading.Lock()
         # Fixed facts of every result, gathered once (the hot path does no attribute walks).
         self._facts = (self.backend, runner.delegate, model_sha256, selection.profile, selection.fallback)
@@ -372,16 +377,16 @@ class Model:
         from .pipelining import FramePipeline
 
         with self._pool_lock:
-            if not self._runner.is_active or self.__dict__.get("_pipes_closed"):
+            if not self._runner.is_active or self._pipes_closed:
                 raise ModelLoadError("This model is closed.", "Load it again with edge_sdk.load().")
             pipe = FramePipeline(self, jobs, color=color, fast=fast, name=name)
-            self.__dict__.setdefault("_pipes", set()).add(pipe)
+            self._pipes.add(pipe)
             return pipe
 
     def _drop_pipeline(self, pipe: "FramePipeline") -> None:
         pipe.close()
         with self._pool_lock:
-            self.__dict__.get("_pipes", set()).discard(pipe)
+            self._pipes.discard(pipe)
 
     def submit(self, frame: Any, *, color: str = "rgb", fast: bool | float = False) -> "Future[InferenceResult]":
         """Start :meth:`infer_image` on one frame; returns its ``concurrent.futures.Future``.
@@ -396,15 +401,16 @@ class Model:
         """
         key = (color, fast)
         with self._pool_lock:
-            shared = self.__dict__.setdefault("_submit_pipes", {})
-            pipe = shared.get(key)
+            pipe = self._submit_pipes.get(key)
         if pipe is None:
             from edge_sdk.frames import check_color
 
             check_color(color)
-            pipe = self._frame_pipeline(2, color, fast, "edge_sdk-submit")
+            made = self._frame_pipeline(2, color, fast, "edge_sdk-submit")
             with self._pool_lock:
-                pipe = self.__dict__["_submit_pipes"].setdefault(key, pipe)
+                pipe = self._submit_pipes.setdefault(key, made)
+            if pipe is not made:  # another thread made one for this key first
+                self._drop_pipeline(made)
         return pipe.submit(frame)
 
     def pipeline(self, frames: Iterable[Any], *, max_in_flight: int = 2, color: str = "rgb",
@@ -478,9 +484,9 @@ class Model:
         :meth:`submit` and :meth:`pipeline` finish first; then the pipelines' extra infer
         requests / interpreters and worker threads are released, then the model."""
         with self._pool_lock:
-            self.__dict__["_pipes_closed"] = True  # no pipeline opens from here on
-            pipes = list(self.__dict__.pop("_pipes", ()))
-            self.__dict__.pop("_submit_pipes", None)
+            self._pipes_closed = True  # no pipeline opens from here on
+            pipes, self._pipes = list(self._pipes), set()
+            self._submit_pipes = {}
         for pipe in pipes:  # frames in flight finish; extra requests / interpreters are released
             pipe.close()
         if self._lock is None:
