@@ -25,3 +25,15 @@ def run_cli(*args: str, env: dict | None = None, cwd: str | None = None, timeout
 @pytest.fixture
 def cli():
     return run_cli
+
+
+@pytest.fixture
+def npy(tmp_path):
+    """One input of the hand-built runtime artifacts (tests/rt_artifacts.py) saved as ``x.npy``."""
+    import numpy as np
+
+    import rt_artifacts as ra
+
+    p = tmp_path / "x.npy"
+    np.save(p, ra.sample_inputs(1, seed=2)[0])
+    return p

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 import rt_artifacts as ra
@@ -16,13 +15,6 @@ from edge_sdk.cli import main
 @pytest.fixture(scope="session")
 def arts(tmp_path_factory):
     return ra.onnx_artifacts(tmp_path_factory)
-
-
-@pytest.fixture
-def npy(tmp_path):
-    p = tmp_path / "x.npy"
-    np.save(p, ra.sample_inputs(1, seed=2)[0])
-    return p
 
 
 @pytest.mark.parametrize("command", ["run", "bench"])

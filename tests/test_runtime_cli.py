@@ -15,13 +15,6 @@ def arts(tmp_path_factory):
     return ra.onnx_artifacts(tmp_path_factory)
 
 
-@pytest.fixture
-def npy(tmp_path):
-    p = tmp_path / "x.npy"
-    np.save(p, ra.sample_inputs(1, seed=2)[0])
-    return p
-
-
 def test_run_npy_text(cli, arts, npy):
     r = cli("run", str(arts["intel-cpu"]), "--input", str(npy))
     assert r.returncode == 0, r.stderr
