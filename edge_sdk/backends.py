@@ -23,16 +23,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import InputValidationError
+from .registry import Registry, resolve
 
 if TYPE_CHECKING:  # pragma: no cover
     from .runtimes.probe import StepStatus
-
-
-def _resolve(target: Any) -> Any:
-    if isinstance(target, str):
-        mod, _, attr = target.partition(":")
-        return getattr(importlib.import_module(mod), attr)
-    return target
 
 
 @dataclass(frozen=True)
@@ -75,24 +69,26 @@ class BackendDescriptor:
 
     def runner_class(self) -> type:
         """The runner class (imported on first use)."""
-        return _resolve(self.runner)
+        return resolve(self.runner)
+
+    def hook(self, name: str) -> Callable | None:
+        """The optional hook ``name`` (``probe``, ``details``, ``op_profiler``, ``binder``), imported, or None."""
+        target = getattr(self, name)
+        return resolve(target) if target is not None else None
 
     def probe_step(self, accelerator: str) -> "StepStatus":
         """Whether ``accelerator`` of this backend can run here (see :func:`edge_sdk.runtimes.probe.probe_step`)."""
         from .runtimes.probe import StepStatus
 
-        if self.probe is None:
+        probe = self.hook("probe")
+        if probe is None:
             return StepStatus(False, f"backend '{self.name}' declares no probe", "add probe= to its descriptor")
-        return _resolve(self.probe)(accelerator)
+        return probe(accelerator)
 
     def doctor_details(self) -> dict[str, Any]:
         """What ``doctor`` reports for this backend beyond module versions."""
-        return dict(_resolve(self.details)()) if self.details is not None else {}
-
-    def hook(self, name: str) -> Callable | None:
-        """The optional hook ``name`` (``op_profiler``, ``binder``, ``details``), imported, or None."""
-        target = getattr(self, name)
-        return _resolve(target) if target is not None else None
+        details = self.hook("details")
+        return dict(details()) if details is not None else {}
 
     def distributions(self) -> tuple[str, ...]:
         """The distributions whose installed version identifies this runtime, in order."""
@@ -105,7 +101,7 @@ class BackendDescriptor:
         return self.extra if " " in self.extra else f'pip install "edge-sdk[{self.extra}]"'
 
 
-_REGISTRY: dict[str, BackendDescriptor] = {}
+_REGISTRY: Registry[BackendDescriptor] = Registry("backend", InputValidationError)
 _plugins_loaded: set[str] = set()
 
 
@@ -118,34 +114,33 @@ def register_backend(descriptor: BackendDescriptor, *, replace: bool = False) ->
     """
     if not descriptor.name or not descriptor.formats or not descriptor.default_accelerator:
         raise InputValidationError(f"Backend descriptor {descriptor.name!r} needs a name, formats and a default accelerator.")
-    if descriptor.name in _REGISTRY and not replace and _REGISTRY[descriptor.name] != descriptor:
+    if descriptor.name in _REGISTRY and not replace and _REGISTRY.get(descriptor.name) != descriptor:
         raise InputValidationError(f"Backend '{descriptor.name}' is already registered.",
                                    "Pick another name, or pass replace=True.")
-    _REGISTRY[descriptor.name] = descriptor
-    return descriptor
+    return _REGISTRY.register(descriptor.name, descriptor)
 
 
 def unregister_backend(name: str) -> None:
     """Forget a backend (tests and plugins that unload); unknown names are ignored."""
-    _REGISTRY.pop(name, None)
+    _REGISTRY.unregister(name)
 
 
 def _load_plugins() -> None:
     for mod in filter(None, (m.strip() for m in os.environ.get("EDGE_SDK_PLUGINS", "").split(","))):
         if mod in _plugins_loaded:
             continue
-        _plugins_loaded.add(mod)
         try:
             importlib.import_module(mod)
-        except ImportError as exc:
+        except ImportError as exc:  # said on every read of the registry until it is fixed
             raise InputValidationError(f"EDGE_SDK_PLUGINS names module '{mod}', which cannot be imported ({exc}).",
                                        "Put it on PYTHONPATH, or remove it from EDGE_SDK_PLUGINS.") from None
+        _plugins_loaded.add(mod)
 
 
 def backends() -> dict[str, BackendDescriptor]:
     """Every registered backend by name (plugins from ``EDGE_SDK_PLUGINS`` included)."""
     _load_plugins()
-    return dict(_REGISTRY)
+    return {name: _REGISTRY.get(name) for name in _REGISTRY.names()}
 
 
 def backend_names() -> list[str]:
@@ -159,10 +154,8 @@ def get_backend(name: str) -> BackendDescriptor:
     Raises:
         InputValidationError: unknown backend (the message lists the registered ones).
     """
-    found = backends().get(name)
-    if found is None:
-        raise InputValidationError(f"Unknown backend '{name}'.", f"Available: {', '.join(backend_names())}.")
-    return found
+    _load_plugins()
+    return _REGISTRY.get(name)
 
 
 def known_formats() -> list[str]:
@@ -176,7 +169,7 @@ def cpu_accelerators() -> frozenset[str]:
 
 
 def backends_for_format(fmt: str) -> list[BackendDescriptor]:
-    """The backends whose runner reads ``fmt``, in registration order."""
+    """The backends whose runner reads ``fmt``, by name."""
     return [d for d in backends().values() if fmt in d.formats]
 
 

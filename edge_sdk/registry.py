@@ -15,6 +15,14 @@ from .errors import EdgeSDKError
 T = TypeVar("T")
 
 
+def resolve(target: Any) -> Any:
+    """``target`` itself, or the object a lazy ``"module:attr"`` string names (imported now)."""
+    if isinstance(target, str):
+        mod, _, attr = target.partition(":")
+        return getattr(importlib.import_module(mod), attr)
+    return target
+
+
 class Registry(Generic[T]):
     """A named collection of implementations.
 
@@ -64,7 +72,10 @@ class Registry(Generic[T]):
                 f"Available: {', '.join(self.names()) or '(none)'}",
             ) from None
         if isinstance(entry, str):
-            mod, _, attr = entry.partition(":")
-            entry = getattr(importlib.import_module(mod), attr)
+            entry = resolve(entry)
             self._entries[name] = entry
         return entry
+
+    def unregister(self, name: str) -> None:
+        """Forget ``name`` (unknown names are ignored)."""
+        self._entries.pop(name, None)

@@ -127,3 +127,15 @@ def test_builtin_descriptors_match_their_runners():
         assert runner.backend == name and tuple(runner.formats) == desc.formats, name
         assert isinstance(desc.probe_step(desc.default_accelerator), StepStatus)
     assert {"xnnpack", "CPU", "CPUExecutionProvider"} <= cpu_accelerators()
+
+
+def test_a_plugin_that_cannot_be_imported_is_a_clear_error_every_time(monkeypatch, cli):
+    from edge_sdk.backends import backend_names
+    from edge_sdk.errors import InputValidationError
+
+    monkeypatch.setenv("EDGE_SDK_PLUGINS", "no_such_edge_plugin")
+    for _ in range(2):  # not only on the first read of the registry
+        with pytest.raises(InputValidationError, match="no_such_edge_plugin"):
+            backend_names()
+    r = cli("doctor")
+    assert r.returncode == 3 and "EDGE_SDK_PLUGINS" in r.stderr and "Traceback" not in r.stderr
