@@ -352,12 +352,14 @@ def _builtin_root():
     return resources.files("edge_sdk.device_profiles")
 
 
-def load_profile_folder(root, label: str = "built-in profile") -> tuple[dict[str, Profile], dict[str, ProfileError]]:
+def load_profile_folder(root, label: str = "built-in profile",
+                        known: dict[str, Profile] | None = None) -> tuple[dict[str, Profile], dict[str, ProfileError]]:
     """Read every ``*.toml`` in ``root``, each on its own: one broken file does not hide the others.
 
     Args:
         root: A folder (``Path`` or an ``importlib.resources`` traversable).
         label: How errors name a file of this folder.
+        known: Profiles already loaded from other folders: a file repeating one of their names is an error.
 
     Returns:
         (profiles by canonical name, the error of each file that failed, by file name). A file
@@ -375,9 +377,10 @@ def load_profile_folder(root, label: str = "built-in profile") -> tuple[dict[str
             except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as exc:
                 raise ProfileError(f"{where}: invalid TOML: {exc}") from None
             prof = parse_profile(data, where)
-            if prof.name in profiles:
+            first = profiles.get(prof.name) or (known or {}).get(prof.name)
+            if first is not None:
                 raise ProfileError(f"{where}: key 'name': '{prof.name}' is already defined by "
-                                   f"{profiles[prof.name].source}", "give each profile file its own name")
+                                   f"{first.source}", "give each profile file its own name")
         except ProfileError as exc:
             errors[entry.name] = exc
             continue
@@ -385,11 +388,12 @@ def load_profile_folder(root, label: str = "built-in profile") -> tuple[dict[str
     return profiles, errors
 
 
-def profile_path() -> list[Path]:
-    """The extra profile folders named by ``$EDGE_SDK_PROFILE_PATH`` (``os.pathsep``-separated)."""
+def profile_path(value: str | None = None) -> list[Path]:
+    """The extra profile folders named by ``$EDGE_SDK_PROFILE_PATH`` (or ``value``; ``os.pathsep``-separated)."""
     import os
 
-    return [Path(p) for p in os.environ.get(PROFILE_PATH_ENV, "").split(os.pathsep) if p.strip()]
+    text = os.environ.get(PROFILE_PATH_ENV, "") if value is None else value
+    return [Path(p) for p in text.split(os.pathsep) if p.strip()]
 
 
 def _builtin_all() -> tuple[dict[str, Profile], dict[str, ProfileError]]:
@@ -404,19 +408,13 @@ def _builtin_all() -> tuple[dict[str, Profile], dict[str, ProfileError]]:
 @lru_cache(maxsize=4)
 def _profiles_for(extra: str, backends: tuple[str, ...], formats: tuple[str, ...]) -> tuple[dict[str, Profile], dict[str, ProfileError]]:
     profiles, errors = load_profile_folder(_builtin_root())
-    for folder in profile_path():
+    for folder in profile_path(extra):
         if not folder.is_dir():
             errors[str(folder)] = ProfileError(f"{PROFILE_PATH_ENV}: {folder} is not a folder",
                                                "name folders of profile *.toml files")
             continue
-        more, bad = load_profile_folder(folder, label=f"profile in {folder}:")
-        for name, prof in more.items():
-            if name in profiles:
-                errors[str(folder / Path(prof.source.rsplit(" ", 1)[-1]).name)] = ProfileError(
-                    f"{prof.source}: key 'name': '{name}' is already defined by {profiles[name].source}",
-                    "give each profile file its own name")
-            else:
-                profiles[name] = prof
+        more, bad = load_profile_folder(folder, label=f"profile in {folder}:", known=profiles)
+        profiles.update(more)
         errors.update({str(folder / k): v for k, v in bad.items()})
     if errors:
         import logging

@@ -139,3 +139,18 @@ def test_a_plugin_that_cannot_be_imported_is_a_clear_error_every_time(monkeypatc
             backend_names()
     r = cli("doctor")
     assert r.returncode == 3 and "EDGE_SDK_PLUGINS" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_profile_path_file_repeating_a_builtin_name_is_reported_and_skipped(tmp_path, monkeypatch):
+    from edge_sdk import profiles
+
+    (tmp_path / "mine.toml").write_text((profiles._builtin_root() / "intel-cpu.toml").read_text())
+    monkeypatch.setenv("EDGE_SDK_PROFILE_PATH", str(tmp_path))
+    profiles._builtin_all.cache_clear()
+    try:
+        errors = profiles.builtin_profile_errors()
+        assert "already defined by built-in profile intel-cpu.toml" in errors[str(tmp_path / "mine.toml")].message
+        assert profiles.resolve_profile("intel-cpu").source == "built-in profile intel-cpu.toml"
+    finally:
+        monkeypatch.delenv("EDGE_SDK_PROFILE_PATH")
+        profiles._builtin_all.cache_clear()
