@@ -94,6 +94,12 @@ class BackendDescriptor:
         """The distributions whose installed version identifies this runtime, in order."""
         return tuple(dict.fromkeys(dist for _, dist in self.modules))
 
+    def installed(self) -> tuple[str, str] | None:
+        """``(distribution, version)`` of the first of its distributions that is installed, or None."""
+        from ._deps import version_of
+
+        return next(((d, v) for d in self.distributions() if (v := version_of(d))), None)
+
     def install_hint(self) -> str:
         """A sentence saying how to install this backend."""
         if not self.extra:

@@ -47,7 +47,8 @@ def _backends() -> dict[str, Any]:
             details = desc.doctor_details()
         except Exception as exc:  # noqa: BLE001 - a broken runtime must not take doctor down
             details = {"error": f"{type(exc).__name__}: {exc}"}
-        out[name] = {"version": _first_version(desc.distributions()), "formats": list(desc.formats),
+        found = desc.installed()
+        out[name] = {"version": found[1] if found else None, "formats": list(desc.formats),
                      "install": desc.install_hint(), **details}
     return out
 

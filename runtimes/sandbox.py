@@ -79,16 +79,12 @@ def plugin_module(backend: str) -> dict[str, str] | None:
 
 
 def runtime_version(backend: str) -> str:
-    from edge_sdk._deps import version_of
+    """``dist==version`` of the backend's installed runtime (keys the verified-models cache), or ``unknown``."""
     from edge_sdk.backends import backends
 
     desc = backends().get(backend)
-    # the distributions whose version keys the cache (the first installed one counts)
-    for dist in desc.distributions() if desc else ():
-        v = version_of(dist)
-        if v:
-            return f"{dist}=={v}"
-    return "unknown"
+    found = desc.installed() if desc is not None else None
+    return f"{found[0]}=={found[1]}" if found else "unknown"
 
 
 @dataclass(frozen=True)
