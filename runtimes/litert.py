@@ -74,6 +74,14 @@ def interpreter_module():
     raise MissingDependencyError("ai_edge_litert", "litert", "running .tflite models")
 
 
+def _invoke(interp, in_idx: list[int], out_idx: list[int], feed: list[np.ndarray]) -> list[np.ndarray]:
+    """One inference on an allocated interpreter: set the inputs, invoke, read the outputs."""
+    for idx, arr in zip(in_idx, feed):
+        interp.set_tensor(idx, arr)
+    interp.invoke()
+    return [interp.get_tensor(idx) for idx in out_idx]
+
+
 class LiteRTRunner(Runner):
     """Runs a ``.tflite`` flatbuffer with the delegate its runtime step names."""
 
@@ -186,11 +194,7 @@ class LiteRTRunner(Runner):
             self.delegate = f"edgetpu (partial: {len(ops) - on_tpu} of {len(ops)} ops on CPU)"
 
     def infer_impl(self, feed: list[np.ndarray]) -> list[np.ndarray]:
-        interp = self._interp
-        for idx, arr in zip(self._in_idx, feed):
-            interp.set_tensor(idx, arr)
-        interp.invoke()
-        return [interp.get_tensor(idx) for idx in self._out_idx]
+        return _invoke(self._interp, self._in_idx, self._out_idx, feed)
 
     def open_queue(self, jobs: int, lock=None) -> InferQueue:
         """One interpreter per worker on the CPU (XNNPACK), so inferences truly overlap.
@@ -221,11 +225,7 @@ class LiteRTRunner(Runner):
             local.interp = free.pop()
 
         def call(feed: list[np.ndarray]) -> list[np.ndarray]:
-            interp = local.interp
-            for idx, arr in zip(in_idx, feed):
-                interp.set_tensor(idx, arr)
-            interp.invoke()
-            return [interp.get_tensor(idx) for idx in out_idx]
+            return _invoke(local.interp, in_idx, out_idx, feed)
 
         # The workers' thread-locals die with the workers; the ones never bound are dropped here.
         return ThreadInferQueue(call, jobs, f"litert {jobs} interpreter(s) x {threads} thread(s)", made=jobs,
