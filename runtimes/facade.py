@@ -53,6 +53,11 @@ _perf = time.perf_counter
 log = logging.getLogger("edge_sdk.runtime")
 
 
+def model_closed() -> ModelLoadError:
+    """The error for any use of a closed model."""
+    return ModelLoadError("This model is closed.", "Load it again with edge_sdk.load().")
+
+
 def _decoded(value, what: str, head: str, example: str):
     """A head's decoded result, or the error saying the model was loaded without that head."""
     if value is None:
@@ -256,7 +261,7 @@ class Model:
         t0 = _perf()
         runner = self._runner
         if not runner.is_active:
-            raise ModelLoadError("This model is closed.", "Load it again with edge_sdk.load().")
+            raise model_closed()
         feed, t_quant = self._in.convert(inputs, raw)
         t1 = _perf()
         if self._lock is None:
@@ -269,7 +274,7 @@ class Model:
         else:
             with self._lock:
                 if not runner.is_active:  # closed by another thread while this one waited
-                    raise ModelLoadError("This model is closed.", "Load it again with edge_sdk.load().")
+                    raise model_closed()
                 try:
                     outs = runner.infer_impl(feed)
                 except Exception as exc:
@@ -324,6 +329,10 @@ class Model:
         """
         return self.preprocess_with_transform(image, color=color, fast=fast)[0]
 
+    def _image_feed(self, x: np.ndarray) -> Any:
+        """The preprocessed image as ``infer``'s input: the array, or ``{image input: array}`` beside other inputs."""
+        return {self._preprocess[2]: x} if len(self._inputs) > 1 else x
+
     def preprocess_with_transform(self, image: Any, *, color: str = "rgb",
                                   fast: bool | float = False) -> "tuple[np.ndarray, ImageTransform]":
         """:meth:`preprocess`, also returning the :class:`~edge_sdk.preprocess.ImageTransform`
@@ -354,7 +363,7 @@ class Model:
         t0 = _perf()
         x, transform = self.preprocess_with_transform(image, color=color, fast=fast)
         t1 = _perf()
-        result = self.infer({self._preprocess[2]: x} if len(self._inputs) > 1 else x)
+        result = self.infer(self._image_feed(x))
         result.transform = transform
         result.timings["preprocess"] = (t1 - t0) * 1e3
         result.timings["total"] += (t1 - t0) * 1e3
@@ -378,7 +387,7 @@ class Model:
 
         with self._pool_lock:
             if not self._runner.is_active or self._pipes_closed:
-                raise ModelLoadError("This model is closed.", "Load it again with edge_sdk.load().")
+                raise model_closed()
             pipe = FramePipeline(self, jobs, color=color, fast=fast, name=name)
             self._pipes.add(pipe)
             return pipe

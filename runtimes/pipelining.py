@@ -79,7 +79,9 @@ class FramePipeline:
         out: Future = Future()
         with self._state:
             if self.closed:
-                raise ModelLoadError("This model is closed.", "Load it again with edge_sdk.load().")
+                from .facade import model_closed
+
+                raise model_closed()
             self._outstanding.add(out)
             out.add_done_callback(self._forget)
             self._pool.submit(self._prepare, frame, out)
@@ -96,7 +98,7 @@ class FramePipeline:
         try:
             x, transform = model.preprocess_with_transform(frame, color=self.color, fast=self.fast)
             t1 = _perf()
-            feed, t_quant = model._in.convert({model._preprocess[2]: x} if len(model._inputs) > 1 else x, False)
+            feed, t_quant = model._in.convert(model._image_feed(x), False)
             native = self.queue.submit(feed)
         except BaseException as exc:  # noqa: BLE001 - the frame's error, raised at its turn
             out.set_exception(exc)
