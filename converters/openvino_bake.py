@@ -31,7 +31,7 @@ from edge_sdk import typed
 from edge_sdk._deps import require
 from edge_sdk.errors import ConversionError, InputValidationError
 from edge_sdk.manifest import TensorSpec
-from edge_sdk.runtimes.baked import YUV, frame_geometry, frame_shape, rgb_to_yuv
+from edge_sdk.runtimes.baked import YUV, frame_shape, rgb_to_yuv
 
 from .base import FormatResult
 
@@ -214,7 +214,7 @@ def _candidates(spec: pp.PreprocessSpec, request: BakeRequest) -> tuple[str, ...
     """
     if request.resize != "auto":
         return (request.resize,)
-    nh, nw, _, _ = frame_geometry(spec, request.frame_size)
+    nh, nw, _, _ = pp.resize_geometry(spec, request.frame_size)
     factor = max(request.frame_size[0] / nh, request.frame_size[1] / nw)
     return ("linear", "pillow") if factor <= LINEAR_MAX_DOWNSCALE else ("pillow",)
 
@@ -236,7 +236,7 @@ def with_ppp(model, name: str, spec: pp.PreprocessSpec, request: BakeRequest, al
     if spec.color.lower() != request.color:
         steps.convert_color(colors[spec.color.lower()])
     algorithm = ResizeAlgorithm.RESIZE_LINEAR if alg == "linear" else ResizeAlgorithm.RESIZE_BILINEAR_PILLOW
-    nh, nw, top, left = frame_geometry(spec, (h, w))
+    nh, nw, top, left = pp.resize_geometry(spec, (h, w))
     mh, mw = spec.size or (0, 0)
     if (nh, nw) != (h, w):
         steps.resize(algorithm, nh, nw)

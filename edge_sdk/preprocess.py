@@ -384,25 +384,37 @@ def apply_with_transform(image: Any, spec: PreprocessSpec, *, fast: bool | float
     img = _to_pil(image, spec, color)
     h, w = spec.size
     fw, fh = img.width, img.height
+    nh, nw, top, left = resize_geometry(spec, (fh, fw))
     if spec.resize == "stretch":
         img = _resize(img, (w, h), gap)
-        transform = ImageTransform((fw, fh), (w, h), w / fw, h / fh, 0.0, 0.0)
     elif spec.resize == "letterbox":
-        r = min(w / fw, h / fh)
-        nw, nh = max(1, round(fw * r)), max(1, round(fh * r))
-        left, top = (w - nw) // 2, (h - nh) // 2
         canvas = Image.new(img.mode, (w, h), spec.pad_value if img.mode == "L" else (spec.pad_value,) * 3)
         canvas.paste(_resize(img, (nw, nh), gap), (left, top))
         img = canvas
-        transform = ImageTransform((fw, fh), (w, h), nw / fw, nh / fh, float(left), float(top))
-    else:  # center-crop
-        r = max(w / fw, h / fh)
-        nw, nh = max(w, round(fw * r)), max(h, round(fh * r))
-        img = _resize(img, (nw, nh), gap)
-        left, top = (nw - w) // 2, (nh - h) // 2
-        img = img.crop((left, top, left + w, top + h))
-        transform = ImageTransform((fw, fh), (w, h), nw / fw, nh / fh, float(-left), float(-top))
+    else:  # center-crop: (top, left) are the negative offsets of the crop
+        img = _resize(img, (nw, nh), gap).crop((-left, -top, -left + w, -top + h))
+    transform = ImageTransform((fw, fh), (w, h), nw / fw, nh / fh, float(left), float(top))
     return _to_tensor(np.asarray(img), spec), transform
+
+
+def resize_geometry(spec: PreprocessSpec, frame: tuple[int, int]) -> tuple[int, int, int, int]:
+    """``(resized h, resized w, top, left)`` of a ``(height, width)`` frame in the model input.
+
+    A stretch fills the input; a letterbox is placed at ``(top, left)`` inside it; a centre crop
+    is offset by the (negative) ``(top, left)``. The one geometry :func:`apply_with_transform`
+    and the OpenVINO graph that bakes preprocessing (``convert --bake-preprocess``) both use.
+    """
+    h, w = spec.size or frame
+    fh, fw = frame
+    if spec.resize == "stretch":
+        return h, w, 0, 0
+    if spec.resize == "letterbox":
+        r = min(w / fw, h / fh)
+        nw, nh = max(1, round(fw * r)), max(1, round(fh * r))
+        return nh, nw, (h - nh) // 2, (w - nw) // 2
+    r = max(w / fw, h / fh)
+    nw, nh = max(w, round(fw * r)), max(h, round(fh * r))
+    return nh, nw, -((nh - h) // 2), -((nw - w) // 2)
 
 
 def _to_tensor(pixels: np.ndarray, spec: PreprocessSpec) -> np.ndarray:

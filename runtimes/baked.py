@@ -18,7 +18,7 @@ import numpy as np
 
 from edge_sdk.errors import InputValidationError
 from edge_sdk.manifest import BakedPreprocessing, Manifest
-from edge_sdk.preprocess import ImageTransform, PreprocessSpec, from_dict
+from edge_sdk.preprocess import ImageTransform, PreprocessSpec, from_dict, resize_geometry
 
 
 YUV = ("nv12", "yuv420")
@@ -57,26 +57,6 @@ def rgb_to_yuv(rgb: np.ndarray, color: str) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate([q(y), q(chroma)], axis=0))
 
 
-def frame_geometry(spec: PreprocessSpec, frame: tuple[int, int]) -> tuple[int, int, int, int]:
-    """``(resized h, resized w, top, left)`` of a ``(height, width)`` frame in the model input.
-
-    The same arithmetic as :func:`edge_sdk.preprocess.apply_with_transform`: a stretch fills the
-    input, a letterbox is placed at ``(top, left)`` inside it, a centre crop is offset by the
-    (negative) ``(top, left)``.
-    """
-    h, w = spec.size or frame
-    fh, fw = frame
-    if spec.resize == "stretch":
-        return h, w, 0, 0
-    if spec.resize == "letterbox":
-        r = min(w / fw, h / fh)
-        nw, nh = max(1, round(fw * r)), max(1, round(fh * r))
-        return nh, nw, (h - nh) // 2, (w - nw) // 2
-    r = max(w / fw, h / fh)
-    nw, nh = max(w, round(fw * r)), max(h, round(fh * r))
-    return nh, nw, -((nh - h) // 2), -((nw - w) // 2)
-
-
 class BakedFrames:
     """Checks frames against ``preprocessing.baked`` and feeds them as they are.
 
@@ -91,7 +71,7 @@ class BakedFrames:
         self.name, self.color = baked.input, baked.color
         self.size = (int(baked.frame_size[0]), int(baked.frame_size[1]))
         self._shape = tuple(frame_shape(baked.color, self.size))
-        nh, nw, top, left = frame_geometry(spec, self.size)
+        nh, nw, top, left = resize_geometry(spec, self.size)
         h, w = spec.size or self.size
         fh, fw = self.size
         self.transform = ImageTransform((fw, fh), (w, h), nw / fw, nh / fh, float(left), float(top))
@@ -168,4 +148,4 @@ def baked_frames(manifest: Manifest, fmt: str) -> BakedFrames | None:
     return BakedFrames(baked, spec)
 
 
-__all__ = ["YUV", "BakedFrames", "baked_frames", "frame_geometry", "frame_shape", "rgb_to_yuv"]
+__all__ = ["YUV", "BakedFrames", "baked_frames", "frame_shape", "rgb_to_yuv"]
