@@ -131,9 +131,10 @@ def check_baked(manifest: Manifest, where: str) -> None:
     size = baked.frame_size
     if len(size) != 2 or any(not isinstance(d, int) or not 1 <= d <= 16384 for d in size):
         raise ManifestError(f"{at}: frame_size must be [height, width] of 1..16384, got {size[:4]}.", TAMPERED)
-    yuv = baked.color in ("nv12", "yuv420")
-    want = [1, size[0] * 3 // 2, size[1], 1] if yuv else [1, size[0], size[1], 1 if baked.color == "gray" else 3]
-    if yuv and (size[0] % 2 or size[1] % 2):
+    from .runtimes.baked import YUV, frame_shape
+
+    want = frame_shape(baked.color, size)
+    if baked.color in YUV and (size[0] % 2 or size[1] % 2):
         raise ManifestError(f"{at}: {baked.color} frames need an even frame_size, got {size}.", TAMPERED)
     spec = next((t for t in format_io(manifest, baked.format)[0] if t.name == baked.input), None)
     if spec is None or list(spec.shape) != want or spec.dtype != "uint8":
