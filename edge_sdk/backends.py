@@ -83,7 +83,11 @@ class BackendDescriptor:
         probe = self.hook("probe")
         if probe is None:
             return StepStatus(False, f"backend '{self.name}' declares no probe", "add probe= to its descriptor")
-        return probe(accelerator)
+        try:
+            return probe(accelerator)
+        except Exception as exc:  # noqa: BLE001 - a broken probe means "cannot run here", not a crashed doctor/load
+            return StepStatus(False, f"the probe of backend '{self.name}' failed: {type(exc).__name__}: {exc}",
+                              "fix or reinstall that backend's runtime")
 
     def doctor_details(self) -> dict[str, Any]:
         """What ``doctor`` reports for this backend beyond module versions."""
@@ -137,9 +141,10 @@ def _load_plugins() -> None:
             continue
         try:
             importlib.import_module(mod)
-        except ImportError as exc:  # said on every read of the registry until it is fixed
-            raise InputValidationError(f"EDGE_SDK_PLUGINS names module '{mod}', which cannot be imported ({exc}).",
-                                       "Put it on PYTHONPATH, or remove it from EDGE_SDK_PLUGINS.") from None
+        except Exception as exc:  # noqa: BLE001 - a plugin's own bug is the user's to fix; said on every read
+            raise InputValidationError(f"EDGE_SDK_PLUGINS names module '{mod}', which cannot be imported "
+                                       f"({type(exc).__name__}: {exc}).",
+                                       "Put it on PYTHONPATH and fix its error, or remove it from EDGE_SDK_PLUGINS.") from None
         _plugins_loaded.add(mod)
 
 

@@ -154,3 +154,23 @@ def test_a_profile_path_file_repeating_a_builtin_name_is_reported_and_skipped(tm
     finally:
         monkeypatch.delenv("EDGE_SDK_PROFILE_PATH")
         profiles._builtin_all.cache_clear()
+
+
+def test_a_broken_plugin_or_probe_is_a_message_not_a_traceback(tmp_path, monkeypatch, cli):
+    import dataclasses
+
+    from edge_sdk.backends import get_backend, register_backend, unregister_backend
+
+    (tmp_path / "broken_plugin.py").write_text("raise RuntimeError('half-installed SDK')\n")
+    r = cli("doctor", env={"EDGE_SDK_PLUGINS": "broken_plugin", "PYTHONPATH": str(tmp_path)})
+    assert r.returncode == 3 and "RuntimeError: half-installed SDK" in r.stderr and "Traceback" not in r.stderr
+
+    def boom(accelerator):
+        raise OSError("driver gone")
+
+    register_backend(dataclasses.replace(get_backend("onnxruntime"), name="toyboom", probe=boom))
+    try:
+        st = get_backend("toyboom").probe_step("CPUExecutionProvider")
+        assert not st.available and "OSError: driver gone" in st.reason
+    finally:
+        unregister_backend("toyboom")
