@@ -192,7 +192,7 @@ def device_hints_found(device_globs=(), usb=(), release_files=()) -> list[str]:
     Nothing is opened but sysfs/dev listings and the release files' existence."""
     found = [hit for pattern in device_globs for hit in sysfs_glob(pattern)]
     wanted = {u.lower() for u in usb}
-    found += [f"usb {i}" for i in usb_ids() if i in wanted] if wanted else []
+    found += [f"USB {i}" for i in usb_ids() if i in wanted] if wanted else []
     found += [f for f in release_files if sysfs_path(f).exists()]
     return found
 

@@ -33,14 +33,14 @@ def test_hints_found_under_the_sysfs_root(fake_root):
     (fake_root / "etc").mkdir()
     (fake_root / "etc/nv_tegra_release").write_text("# R36 (release)\n")
     found = hostinfo.device_hints_found(["/dev/apex_*"], ["1a6e:089a", "18d1:9302"], ["/etc/nv_tegra_release"])
-    assert found == ["/dev/apex_0", "usb 1a6e:089a", "/etc/nv_tegra_release"]
+    assert found == ["/dev/apex_0", "USB 1a6e:089a", "/etc/nv_tegra_release"]
 
 
 def test_edgetpu_presence_uses_the_coral_profile_hints(fake_root):
     looked, found = probe.accelerator_presence("litert", "edgetpu")
     assert "/dev/apex_*" in looked and "USB 1a6e:089a" in looked and found == []
     usb_device(fake_root, "2-1", "18d1", "9302")
-    assert probe.accelerator_presence("litert", "edgetpu")[1] == ["usb 18d1:9302"]
+    assert probe.accelerator_presence("litert", "edgetpu")[1] == ["USB 18d1:9302"]
 
 
 def test_edgetpu_probe_reports_what_it_looked_for(fake_root, monkeypatch):
