@@ -134,7 +134,6 @@ class InputPlan:
         one = entries[0] if len(entries) == 1 and entries[0].pos == 0 else None
         self._one = one
         self._one_check = one is not None and one.is_float and check_finite
-        self._one_blas = one is not None and one.dtype.char in "fd"  # float32/64: sumsq_finite applies
 
     def _arrays(self, inputs: Any) -> list:
         if isinstance(inputs, dict):
@@ -162,8 +161,8 @@ class InputPlan:
         e = self._one
         if (e is not None and type(inputs) is np.ndarray and inputs.dtype == e.dtype and inputs.shape == e.shape
                 and inputs.flags.c_contiguous):
-            if self._one_check and not (self._one_blas and sumsq_finite(inputs)):
-                self._exact_finite(e, inputs)
+            if self._one_check:
+                self._finite(e, inputs)
             return [inputs], 0.0
         arrays = self._arrays(inputs)
         feed: list[Any] = [None] * self.n
