@@ -160,10 +160,20 @@ class EmbeddingGate:
 
 @dataclass(frozen=True)
 class SequenceGate:
-    """Per-step class sequences: step-wise top-1 agreement and whole (CTC-collapsed) sequence agreement."""
+    """Per-step class sequences.
+
+    Without a CTC blank every step is a label: step-wise top-1 agreement and whole-sequence
+    agreement are judged. With one (a CTC recogniser) the text is what counts: the token error
+    rate (edit distance between the collapsed float and int8 sequences over float's tokens,
+    the CER of OCR) is judged; step and whole-sequence agreement are reported, because CTC
+    alignment jitter moves steps without changing the text and one token in a long line flips
+    the whole line. ``min_ctc_sequence_agreement`` is a floor on whole lines for users who need it.
+    """
 
     min_step_agreement: float = 0.95
     min_sequence_agreement: float = 0.9
+    max_token_error: float = 0.05
+    min_ctc_sequence_agreement: float = 0.0
 
 
 @dataclass(frozen=True)

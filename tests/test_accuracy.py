@@ -5,6 +5,7 @@ Fast and pure numpy/onnx; the gate end to end is in test_gate_e2e.py and test_co
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 
 from edge_sdk.converters.accuracy import compare, gate_step, infer_kinds, match_outputs
 from edge_sdk.converters.accuracy.kinds import from_values
-from edge_sdk.converters.accuracy.metrics import evaluate_output, whole_tensor
+from edge_sdk.converters.accuracy.metrics import edit_distance, evaluate_output, whole_tensor
 from edge_sdk.errors import ConversionError, InputValidationError
 from edge_sdk.manifest import TensorSpec
 from edge_sdk.outputs import OutputGroup, OutputKind, ctc_collapse, parse_declaration
@@ -113,24 +114,64 @@ def test_landmarks_get_no_top1_and_are_judged_relative_to_their_range():
     assert not bad["passed"] and any("of the range" in f for f in bad["failures"])
 
 
-def test_sequence_gets_step_and_whole_sequence_agreement():
-    steps, classes = 40, 30
+def _ctc_paths(n: int = 10, steps: int = 40, classes: int = 30) -> list[np.ndarray]:
     ref = []
-    for _ in range(10):
+    for _ in range(n):
         path = RNG.integers(1, classes, steps)
         path[RNG.random(steps) < 0.6] = 0  # mostly CTC blanks
         ref.append(np.eye(classes)[path][None] * 0.9 + 0.1 / classes)
+    return ref
+
+
+def test_ctc_sequence_is_judged_by_token_error_rate():
+    steps = 40
+    ref = _ctc_paths(steps=steps)
     kind = OutputKind("sequence", axis=-1, blank=0)
     m = evaluate_output(ref, [r.copy() for r in ref], kind, SPEC)
-    assert m["step_agreement"] == 1.0 and m["sequence_agreement"] == 1.0 and "top1_agreement" not in m
+    assert m["step_agreement"] == 1.0 and m["sequence_agreement"] == 1.0 and m["token_error"] == 0.0
+    assert m["passed"] and "top1_agreement" not in m
+    tokens = sum(len(ctc_collapse(r[0].argmax(-1), 0)) for r in ref)
     flipped = [r.copy() for r in ref]
-    for f in flipped[:3]:  # one symbol changed in three of ten strings
+    for f in flipped[:3]:  # one symbol changed in three of ten strings: 3 edits
         k = int(np.argmax(f[0].argmax(-1) > 0))
         f[0, k] = np.roll(f[0, k], 1)
     m = evaluate_output(ref, flipped, kind, SPEC)
+    # whole lines differ in 3 of 10, but 3 tokens of ~140 is well inside the CER budget: it passes
     assert m["step_agreement"] == pytest.approx(1 - 3 / (10 * steps)) and m["sequence_agreement"] == 0.7
-    assert not m["passed"] and any("whole-sequence agreement 0.700" in f for f in m["failures"])
+    assert m["token_error"] == pytest.approx(3 / tokens, abs=1e-6) and m["passed"], m
+    # alignment jitter (a symbol's run moved by a step) leaves the text and the verdict alone
+    jitter = [r.copy() for r in ref]
+    for f in jitter:  # each symbol's run grows into the blank after it (where that keeps the text)
+        path = f[0].argmax(-1)
+        for i in range(len(path) - 2):
+            if path[i] != 0 and path[i + 1] == 0 and path[i + 2] != path[i]:
+                f[0, i + 1] = f[0, i]
+    mj = evaluate_output(ref, jitter, kind, SPEC)
+    assert mj["token_error"] == 0.0 and mj["passed"] and mj["step_agreement"] < 0.9
+    # blanks where float reads symbols: the text is lost, the gate fails and says how much
+    lost = [r.copy() for r in ref]
+    for f in lost[:5]:
+        f[0, :, :] = np.eye(f.shape[-1])[0] * 0.9 + 0.1 / f.shape[-1]
+    ml = evaluate_output(ref, lost, kind, SPEC)
+    assert not ml["passed"] and ml["token_error"] > 0.3
+    assert any(x.startswith("token error rate") and f"{tokens} tokens" in x for x in ml["failures"])
+    # a profile can ask for whole lines too
+    strict = dataclasses.replace(SPEC, sequence=dataclasses.replace(SPEC.sequence, min_ctc_sequence_agreement=0.9))
+    ms = evaluate_output(ref, flipped, kind, strict)
+    assert not ms["passed"] and any("whole-sequence agreement 0.700 < 0.9" in x for x in ms["failures"])
     assert ctc_collapse(np.array([0, 3, 3, 0, 3, 5, 5, 0]), 0) == [3, 3, 5]
+    assert edit_distance([1, 2, 3], [1, 3]) == 1 and edit_distance([], [4, 4]) == 2 and edit_distance([1, 2], [2, 1]) == 2
+
+
+def test_sequence_without_blank_is_judged_step_by_step():
+    ref = _ctc_paths()
+    kind = OutputKind("sequence", axis=-1, blank=None)
+    flipped = [r.copy() for r in ref]
+    for f in flipped[:3]:
+        f[0, 0] = np.roll(f[0, 0], 1)
+    m = evaluate_output(ref, flipped, kind, SPEC)
+    assert "token_error" not in m and m["sequence_agreement"] == 0.7
+    assert not m["passed"] and any("whole-sequence agreement 0.700 < 0.9" in f for f in m["failures"])
 
 
 def test_masks_by_iou_and_embeddings_by_cosine():

@@ -206,6 +206,17 @@ class Loop:
     def time_left(self) -> float:
         return self.deadline - time.perf_counter()
 
+    def estimate(self) -> float:
+        """What the next candidate will take: the longest recovery candidate so far (they reuse
+        the calibration statistics the baseline computed), else the baseline's own time."""
+        made = [s["seconds"] for s in self.steps[1:] if "skipped" not in s and "ranking" not in s]
+        return max(made) if made else self.steps[0]["seconds"]
+
+    def fits(self, factor: float = 1.0) -> bool:
+        """Whether a step estimated at ``factor`` candidates ends before the deadline: the budget
+        is kept, not overrun by the step that starts just before it ends."""
+        return self.time_left() >= factor * self.estimate()
+
 
 def convert_format(ctx: "BuildContext", fmt: str, cfg: RecoveryConfig) -> Recovery:
     """The baseline candidate and, if it fails its gate, the recovery loop. Returns what to publish.
@@ -264,7 +275,7 @@ def _explain(ctx: "BuildContext", loop: Loop, base: Candidate, rec: Recovery) ->
         rec.stopped = f"no sensitivity ranking: {exc.message}"
         return
     for layer in rec.ranking[:GAIN_TOP]:
-        if loop.time_left() < 0.5 * base.seconds:
+        if not loop.fits():
             rec.stopped = "time budget"
             break
         cand = loop.make(Recipe(calibration=base.recipe.calibration, float_nodes=tuple(layer.float_set or [layer.name]),
@@ -275,12 +286,19 @@ def _explain(ctx: "BuildContext", loop: Loop, base: Candidate, rec: Recovery) ->
 
 def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> Candidate:
     fmt = loop.fmt
+    if not loop.fits():  # the ranking runs both models with every tensor exposed: about a candidate's time
+        rec.stopped = "time budget"
+        return best
+    t0 = time.perf_counter()
     try:
         ranking = layer_errors(best, ctx.prep.calib.holdout)
     except ConversionError as exc:
         ctx.say(f"{fmt}: no sensitivity ranking ({exc.message})")
         rec.stopped = "no sensitivity ranking"
         return best
+    finally:
+        loop.steps.append({"recipe": "sensitivity ranking", "seconds": round(time.perf_counter() - t0, 2),
+                           "passed": False, "ranking": True})
     if fmt == "tflite-int8" and tflite_config(ctx.profile).float_only_in_cpu_tail and ranking:  # only the CPU tail
         last = max(e.index for e in ranking)
         ranking = [e for e in ranking if e.index >= EDGETPU_MIN_SHARE * last]
@@ -305,7 +323,7 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
 
     winner: Candidate | None = None
     for layer in ranking[:GAIN_TOP]:
-        if loop.time_left() < 0.5 * best.seconds:
+        if not loop.fits():
             rec.stopped = "time budget"
             return best
         cand = with_float([layer], f"mixed(1: {layer.name})")
@@ -320,7 +338,7 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
     # logits over thousands of classes, a detector's score concat) even where their noise is small.
     tail = sorted(ranking, key=lambda e: -e.index)
     for k in TAIL_STEPS:
-        if k > len(tail) or loop.time_left() < 0.5 * best.seconds:
+        if k > len(tail) or not loop.fits():
             break
         cand = with_float(tail[:k], f"float head({k})")
         if cand is not None and cand.passed:
@@ -331,7 +349,7 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
     for k in MIXED_STEPS:
         if k > len(order):
             break
-        if loop.time_left() < 0.5 * best.seconds:
+        if not loop.fits():
             rec.stopped = "time budget"
             return best
         cand = with_float(order[:k], f"mixed({k})")
@@ -351,7 +369,7 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
     # ...but never the compute ops themselves: an "int8" model with every convolution float is not one.
     types = [t for t in sorted(totals, key=lambda t: -totals[t]) if t not in COMPUTE_OPS]
     for k in TYPE_STEPS:
-        if k > len(types) or loop.time_left() < 0.5 * best.seconds:
+        if k > len(types) or not loop.fits():
             break
         chosen = tuple(types[:k])
         why = dict(best.recipe.why)

@@ -35,7 +35,7 @@ def markdown(data: dict[str, Any], top: int = 30) -> str:
              "## Steps", "", "| recipe | seconds | verdict | score | figures |", "|---|---|---|---|---|"]
     for s in data["steps"]:
         verdict = ("pass" if s.get("passed") else "error: " + s["error"] if "error" in s else
-                   "skipped: " + s["skipped"] if "skipped" in s else "fail")
+                   "skipped: " + s["skipped"] if "skipped" in s else "layers ranked" if s.get("ranking") else "fail")
         lines.append(f"| {s['recipe']} | {s['seconds']} | {verdict} | {s.get('score', '')} | {s.get('figures', '')[:200]} |")
     lines += ["", "## Layers, most sensitive first", "",
               "*own int8 noise*: the layer's output through its own int8 step (relative L2, worst channel) - what ranks "

@@ -51,8 +51,9 @@ CASES = [
     Case("face_landmark", "face_landmark.tflite", "input_1", lambda n, s: D.face_crops(n, seed=s),
          lambda: T.face_landmark_task, "468 face landmarks + face flag logit; crops of a real photo"),
     Case("ch_PP-OCRv4_rec", "ch_PP-OCRv4_rec_infer.onnx", "x", lambda n, s: D.text_lines(n, seed=s)[0],
-         lambda: T.ocr_task(T.ocr_charset(fetch("ch_PP-OCRv4_rec_infer.onnx"))),
-         "PP-OCRv4 text recogniser, per-step softmax (CTC); rendered text lines",
+         lambda: T.ocr_task(T.ocr_charset(fetch("ch_PP-OCRv4_rec_infer.onnx")), D.text_lines(40, seed=2)[1]),
+         "PP-OCRv4 text recogniser, per-step softmax (CTC); rendered text lines, read against their text "
+         "with PaddleOCR's metric",
          convert_args={"input_shapes": ["x:1,3,48,320"]}),
     Case("openwakeword_embedding", "embedding_model.onnx", "input_1", lambda n, s: D.mel_windows(n, seed=s),
          lambda: T.embedding_task, "openWakeWord speech embedding (96-d); synthetic speech-like audio"),

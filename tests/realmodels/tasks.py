@@ -143,7 +143,7 @@ def ctc_decode(probs: np.ndarray, charset: list[str]) -> str:
         if i != prev and i != 0:
             out.append(charset[i] if i < len(charset) else "?")
         prev = i
-    return "".join(out)  # spaces included: the gate cannot know which class is a space, nor may the task
+    return "".join(out)  # spaces kept; PaddleOCR's metric (rec_metric) ignores them
 
 
 def ocr_charset(onnx_path) -> list[str]:
@@ -153,15 +153,49 @@ def ocr_charset(onnx_path) -> list[str]:
     return ["<blank>"] + meta["character"].split("\n") + [" "]
 
 
-def ocr_task(charset: list[str]) -> Callable[[list[dict], list[dict]], TaskResult]:
+def _edits(a: str, b: str) -> int:
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        diag, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+            diag, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, diag + (x != y))
+    return row[-1]
+
+
+def rec_metric(preds: list[str], truth: list[str]) -> tuple[float, float]:
+    """PaddleOCR's own recogniser metric (``ppocr.metrics.RecMetric``, its defaults): spaces
+    ignored, ``acc`` the share of lines read exactly, ``norm_edit_dis`` one minus the mean of
+    ``edit distance / max(len)``."""
+    p = [x.replace(" ", "") for x in preds]
+    t = [x.replace(" ", "") for x in truth]
+    acc = float(np.mean([a == b for a, b in zip(p, t)]))
+    ned = 1.0 - float(np.mean([_edits(a, b) / max(len(a), len(b), 1) for a, b in zip(p, t)]))
+    return acc, ned
+
+
+#: How far int8 may fall behind float on the rendered lines: two lines of 40 read wrong, one point
+#: of normalised edit distance.
+OCR_ACC_DROP, OCR_NED_DROP = 0.05, 0.01
+
+
+def ocr_task(charset: list[str], truth: list[str]) -> Callable[[list[dict], list[dict]], TaskResult]:
+    """The recogniser's task is to read the line: float and int8 are both scored against the
+    rendered text with PaddleOCR's metric, and int8 must read like float does."""
     def check(ref_outs: list[dict], test_outs: list[dict]) -> TaskResult:
         name = next(iter(ref_outs[0]))
         rs = [ctc_decode(o[name], charset) for o in ref_outs]
         ts = [ctc_decode(o[name], charset) for o in test_outs]
-        exact = float(np.mean([a == b for a, b in zip(rs, ts)]))
-        return TaskResult(exact >= 0.9, f"decoded strings equal to float's: {exact:.0%}",
-                          {"exact": round(exact, 4), "examples": [[a, b] for a, b in zip(rs, ts) if a != b][:3]},
-                          _margin(exact, 0.9))
+        assert len(rs) == len(truth), (len(rs), len(truth))
+        facc, fned = rec_metric(rs, truth)
+        acc, ned = rec_metric(ts, truth)
+        same = float(np.mean([a == b for a, b in zip(rs, ts)]))
+        summary = (f"lines read exactly {acc:.0%} (float {facc:.0%}), norm. edit distance {ned:.3f} "
+                   f"(float {fned:.3f}); equal to float's string {same:.0%}")
+        return TaskResult(acc >= facc - OCR_ACC_DROP and ned >= fned - OCR_NED_DROP, summary,
+                          {"acc": round(acc, 4), "float_acc": round(facc, 4), "norm_edit_dis": round(ned, 4),
+                           "float_norm_edit_dis": round(fned, 4), "same_as_float": round(same, 4),
+                           "examples": [[a, b] for a, b in zip(rs, ts) if a != b][:3]},
+                          min(_margin(acc, facc - OCR_ACC_DROP), _margin(ned, fned - OCR_NED_DROP)))
     return check
 
 
