@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 from edge_sdk.converters.base import Recipe
-from edge_sdk.converters.recovery import RecoveryConfig, user_recipe
+from edge_sdk.converters.recovery import Loop, RecoveryConfig, _fewest, user_recipe
 from edge_sdk.converters.recovery.sensitivity import _fake_quant, _rank, _rel
 from edge_sdk.errors import InputValidationError
 from edge_sdk.profiles import builtin_profiles
@@ -74,3 +76,48 @@ def test_bad_recovery_options_are_clear_errors(bad):
 def test_recipe_records_the_method_it_really_used():
     prof = builtin_profiles()["jetson-orin"]
     assert Recipe().method(prof) == "minmax" and Recipe(calibration="percentile").to_dict(prof)["calibration"] == "percentile"
+
+
+class _Clock:
+    """A budget loop whose clock is the number of candidates made (each costs one unit)."""
+
+    def __init__(self, budget: float):
+        self.steps = [{"recipe": "baseline", "seconds": 1.0}]
+        self.budget = budget
+
+    def time_left(self) -> float:
+        return self.budget - (len(self.steps) - 1)
+
+    estimate, fits = Loop.estimate, Loop.fits
+
+
+def _search(threshold: int | None, counts=(2, 3, 4, 6, 8, 12, 16, 24, 32, 48), budget: float = 100):
+    """_fewest over a model that passes from ``threshold`` float layers on (None: never)."""
+    loop, made = _Clock(budget), []
+
+    def make(k):
+        made.append(k)
+        loop.steps.append({"recipe": f"mixed({k})", "seconds": 1.0})
+        return SimpleNamespace(passed=threshold is not None and k >= threshold, score=k / 100, k=k)
+
+    passing, failed = _fewest(loop, list(counts), make)
+    return (passing.k if passing else None), made, [c.k for c in failed]
+
+
+def test_fewest_float_layers_by_bisection_largest_first():
+    # passes from 5 layers on: the fewest ladder count that passes is 6, found in 4 candidates, not 5
+    k, made, failed = _search(5)
+    assert k == 6 and made[0] == 48 and len(made) <= 5 and 6 in made and 4 in failed
+    assert _search(2)[0] == 2 and _search(48)[0] == 48
+    # never passes: one candidate (the most layers float), then the search gives up
+    k, made, failed = _search(None)
+    assert k is None and made == [48] and failed == [48]
+    assert _search(3, counts=())[0:2] == (None, [])
+
+
+def test_a_search_step_starts_only_when_it_fits_the_budget():
+    # 2.5 candidates of budget left: two run, the third would overrun and does not start
+    k, made, _ = _search(5, budget=2.5)
+    assert made == [48, 8] and k == 8
+    loop = _Clock(0.5)
+    assert not loop.fits() and loop.estimate() == 1.0  # the baseline's time until a candidate was timed

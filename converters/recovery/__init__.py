@@ -8,15 +8,15 @@ When a format's baseline candidate fails its gate (``--recover``, default ``mixe
    order, stopping at the first that passes. Calibration statistics are computed once per method.
 2. **mixed precision** (``mixed`` only): the sensitivity report ranks the layers of the best
    candidate so far by the error each adds (:mod:`.sensitivity`); the top layers are tried
-   float one at a time (their *gain* recorded), then the fewest top layers together that pass.
+   float one at a time (their *gain* recorded), then the fewest last layers (the head) and the
+   fewest top layers together that pass (each a bisection, the largest count first).
    The target is respected: on the Edge TPU a float layer ends what the compiler maps, so only
    layers in the graph's tail are candidates and the mapped share is reported; on TensorRT a
-   float layer is a precision constraint (recorded for the engine build). Then the head (the last
-   layers before the outputs), the fewest top layers together, and the op types that gather the
-   most noise.
+   float layer is a precision constraint (recorded for the engine build). Last, the op types
+   that gather the most noise (not on the Edge TPU).
 
-It stops at the time budget (``--recover-budget``; default twice the baseline's own time, at
-least 20 s). When nothing passes, the best candidate's figures and the report are what the user
+It keeps the time budget (``--recover-budget``; default twice the baseline's own time, at
+least 20 s): a step starts only when its estimated time fits in what is left. When nothing passes, the best candidate's figures and the report are what the user
 gets, and the candidate is kept for inspection. The chosen recipe, every step with its time, the
 figures before and after, and size and local p50 before and after go into the manifest.
 """
@@ -284,6 +284,31 @@ def _explain(ctx: "BuildContext", loop: Loop, base: Candidate, rec: Recovery) ->
             layer.gain = cand.score - base.score
 
 
+def _fewest(loop: Loop, counts: list[int], make) -> tuple[Candidate | None, list[Candidate]]:
+    """The smallest count in ``counts`` whose candidate passes, by bisection (as Polygraphy bisects),
+    the largest count first: when even that fails the search ends after one candidate.
+
+    Returns:
+        (the passing candidate with the fewest float layers found, or None; the failing candidates).
+    """
+    passing: Candidate | None = None
+    failed: list[Candidate] = []
+    lo, hi = -1, len(counts)  # counts[lo] fails (or none), counts[hi] passes (or none)
+    probe = len(counts) - 1
+    while lo < probe < hi and loop.fits():
+        cand = make(counts[probe])
+        if cand is not None and cand.passed:
+            passing, hi = cand, probe
+        else:
+            lo = probe
+            if cand is not None:
+                failed.append(cand)
+            if passing is None:  # the most layers float fail: fewer will not pass either
+                break
+        probe = (lo + hi) // 2
+    return passing, failed
+
+
 def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> Candidate:
     fmt = loop.fmt
     if not loop.fits():  # the ranking runs both models with every tensor exposed: about a candidate's time
@@ -337,26 +362,19 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
     # The head: the last layers before the outputs decide argmaxes and thresholds (a classifier's
     # logits over thousands of classes, a detector's score concat) even where their noise is small.
     tail = sorted(ranking, key=lambda e: -e.index)
-    for k in TAIL_STEPS:
-        if k > len(tail) or not loop.fits():
-            break
-        cand = with_float(tail[:k], f"float head({k})")
-        if cand is not None and cand.passed:
-            return cand
-        if cand is not None and cand.score > best.score:
-            best = cand
     order = sorted(ranking[:GAIN_TOP], key=lambda e: -(e.gain or 0)) + ranking[GAIN_TOP:]
-    for k in MIXED_STEPS:
-        if k > len(order):
-            break
+    # Then the fewest top layers that pass. A model whose noise no number of single layers removes
+    # (spread over a transformer's norms and residuals) spends one candidate per search, not ten,
+    # and reaches the op types below within its budget.
+    for layers, counts, label in ((tail, TAIL_STEPS, "float head({})"), (order, MIXED_STEPS, "mixed({})")):
+        passing, tried = _fewest(loop, [k for k in counts if k <= len(layers)],
+                                 lambda k, layers=layers, label=label: with_float(layers[:k], label.format(k)))
+        best = max([best, *tried], key=lambda c: c.score)
+        if passing is not None:
+            return passing
         if not loop.fits():
             rec.stopped = "time budget"
             return best
-        cand = with_float(order[:k], f"mixed({k})")
-        if cand is not None and cand.passed:
-            return cand
-        if cand is not None and cand.score > best.score:
-            best = cand
     if fmt == "tflite-int8" and tflite_config(ctx.profile).float_only_in_cpu_tail:
         # A float op type anywhere cuts the TPU graph at its first occurrence (BlazePalm's Coral
         # candidate fell to a 1% TPU share): on the Edge TPU only the CPU tail may be float.
