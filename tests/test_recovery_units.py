@@ -91,16 +91,21 @@ class _Clock:
     estimate, fits = Loop.estimate, Loop.fits
 
 
-def _search(threshold: int | None, counts=(2, 3, 4, 6, 8, 12, 16, 24, 32, 48), budget: float = 100):
-    """_fewest over a model that passes from ``threshold`` float layers on (None: never)."""
+def _search(threshold: int | None, counts=(2, 3, 4, 6, 8, 12, 16, 24, 32, 48), budget: float = 100,
+            broken: tuple[int, ...] = ()):
+    """_fewest over a model that passes from ``threshold`` float layers on (None: never); the
+    counts in ``broken`` cannot be converted."""
     loop, made = _Clock(budget), []
 
     def make(k):
         made.append(k)
         loop.steps.append({"recipe": f"mixed({k})", "seconds": 1.0})
+        if k in broken:
+            return None
         return SimpleNamespace(passed=threshold is not None and k >= threshold, score=k / 100, k=k)
 
-    passing, failed = _fewest(loop, list(counts), make)
+    passing, failed, finished = _fewest(loop, list(counts), make)
+    _search.finished = finished
     return (passing.k if passing else None), made, [c.k for c in failed]
 
 
@@ -113,11 +118,16 @@ def test_fewest_float_layers_by_bisection_largest_first():
     k, made, failed = _search(None)
     assert k is None and made == [48] and failed == [48]
     assert _search(3, counts=())[0:2] == (None, [])
+    # the largest count could not be converted (every ranked layer float): the next one down is tried
+    k, made, failed = _search(3, counts=(2, 3, 4, 6), broken=(6,))
+    assert made[:2] == [6, 4] and k == 3
+    assert _search(None, counts=(2, 3, 4, 6), broken=(6,))[1] == [6, 4]
 
 
 def test_a_search_step_starts_only_when_it_fits_the_budget():
     # 2.5 candidates of budget left: two run, the third would overrun and does not start
     k, made, _ = _search(5, budget=2.5)
-    assert made == [48, 8] and k == 8
+    assert made == [48, 8] and k == 8 and not _search.finished
+    assert _search(5)[0] == 6 and _search.finished
     loop = _Clock(0.5)
     assert not loop.fits() and loop.estimate() == 1.0  # the baseline's time until a candidate was timed

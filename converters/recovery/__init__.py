@@ -284,12 +284,13 @@ def _explain(ctx: "BuildContext", loop: Loop, base: Candidate, rec: Recovery) ->
             layer.gain = cand.score - base.score
 
 
-def _fewest(loop: Loop, counts: list[int], make) -> tuple[Candidate | None, list[Candidate]]:
+def _fewest(loop: Loop, counts: list[int], make) -> tuple[Candidate | None, list[Candidate], bool]:
     """The smallest count in ``counts`` whose candidate passes, by bisection (as Polygraphy bisects),
     the largest count first: when even that fails the search ends after one candidate.
 
     Returns:
-        (the passing candidate with the fewest float layers found, or None; the failing candidates).
+        (the passing candidate with the fewest float layers found, or None; the failing
+        candidates; whether the search finished: False when the budget cut it short).
     """
     passing: Candidate | None = None
     failed: list[Candidate] = []
@@ -297,6 +298,9 @@ def _fewest(loop: Loop, counts: list[int], make) -> tuple[Candidate | None, list
     probe = len(counts) - 1
     while lo < probe < hi and loop.fits():
         cand = make(counts[probe])
+        if cand is None and passing is None:  # could not convert (every layer float...): one count down
+            probe -= 1
+            continue
         if cand is not None and cand.passed:
             passing, hi = cand, probe
         else:
@@ -306,7 +310,7 @@ def _fewest(loop: Loop, counts: list[int], make) -> tuple[Candidate | None, list
             if passing is None:  # the most layers float fail: fewer will not pass either
                 break
         probe = (lo + hi) // 2
-    return passing, failed
+    return passing, failed, not (lo < probe < hi)
 
 
 def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> Candidate:
@@ -367,10 +371,12 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
     # (spread over a transformer's norms and residuals) spends one candidate per search, not ten,
     # and reaches the op types below within its budget.
     for layers, counts, label in ((tail, TAIL_STEPS, "float head({})"), (order, MIXED_STEPS, "mixed({})")):
-        passing, tried = _fewest(loop, [k for k in counts if k <= len(layers)],
-                                 lambda k, layers=layers, label=label: with_float(layers[:k], label.format(k)))
+        passing, tried, finished = _fewest(loop, [k for k in counts if k <= len(layers)],
+                                           lambda k, layers=layers, label=label: with_float(layers[:k], label.format(k)))
         best = max([best, *tried], key=lambda c: c.score)
         if passing is not None:
+            if not finished:
+                rec.stopped = "time budget: a passing candidate was found, fewer float layers were not searched"
             return passing
         if not loop.fits():
             rec.stopped = "time budget"
