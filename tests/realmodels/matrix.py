@@ -246,7 +246,7 @@ def markdown(results: list[dict[str, Any]]) -> str:
             recipe = r.get("recipe", "baseline")
             if r.get("float_layers"):
                 recipe += f", {r['float_layers']} layer(s) float"
-            if r.get("float_types"):
+            if r.get("float_types") and not recipe.startswith("float op types"):
                 recipe += f", float op types {', '.join(r['float_types'])}"
             if r.get("calibration") and r["calibration"] != "minmax":
                 recipe += f", {r['calibration']} ranges"
