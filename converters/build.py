@@ -221,7 +221,8 @@ def _record_recovery(ctx: BuildContext, manifest: Manifest, recs: dict[str, Reco
     feed = ctx.prep.calib.holdout[0]
     record = {}
     for fmt, rec in recs.items():
-        ran = len(rec.steps) > 1 or rec.chosen.recipe.float_nodes or rec.chosen.recipe.calibration or rec.ranking
+        r = rec.chosen.recipe
+        ran = len(rec.steps) > 1 or r.float_nodes or r.float_ops or r.calibration or rec.ranking
         if not ran:
             continue
         record[fmt] = rec.record(feed)

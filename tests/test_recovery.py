@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import edge_sdk
+from edge_sdk.converters.recovery import FLOAT_COMPUTE_WARN
 from edge_sdk.errors import AccuracyGateError
 from edge_sdk.manifest import read_manifest
 
@@ -135,3 +136,22 @@ def test_explain_cli_for_a_model_and_for_an_artifact(outlier, tmp_path):
     empty.mkdir()
     none = run_cli("explain", str(empty))
     assert none.returncode == 3 and "No sensitivity report" in none.stderr and "Traceback" not in none.stderr
+
+
+def test_a_recipe_that_keeps_most_compute_float_says_so(outlier, tmp_path):
+    """Keeping every convolution float passes any gate and is an "int8" artifact in name only:
+    the share of compute ops still int8 is recorded and the user is told."""
+    s = edge_sdk.convert(outlier["model"], "jetson-orin", tmp_path / "out", recover="off", float_nodes=["Conv"],
+                         allow_accuracy_drop=True, **outlier["kw"])
+    rec = read_manifest(s.profiles[0].folder).backend_options["recovery"]["onnx-qdq"]
+    assert rec["compute_ops"]["float"] == rec["compute_ops"]["total"] > 0 and rec["compute_ops"]["int8_share"] == 0.0
+    assert any("compute ops (convolutions, matmuls) float: only 0% of them run int8" in w for w in s.profiles[0].warnings)
+    # the outlier recovery (at most two layers float) is recorded the same way, and told exactly
+    # when more than a quarter of the compute stays float (the test model has three convolutions)
+    for p in outlier["summary"].profiles:
+        m = read_manifest(p.folder)
+        for fmt in m.formats:
+            c = m.backend_options["recovery"][fmt].get("compute_ops")
+            said = any(w.startswith(f"{fmt}: the recipe keeps") for w in p.warnings)
+            assert c is None or (c["float"] <= 2 and said == (c["float"] > FLOAT_COMPUTE_WARN * c["total"])), \
+                (p.profile, fmt, c, p.warnings)

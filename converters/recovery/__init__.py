@@ -121,6 +121,7 @@ class Recovery:
     seconds: float = 0.0
     budget_s: float = 0.0
     stopped: str = ""
+    compute: dict[str, Any] | None = None
 
     def record(self, feed) -> dict[str, Any]:
         """The manifest's ``backend_options.recovery.<format>``."""
@@ -135,6 +136,8 @@ class Recovery:
             rec["p50_ms_before"], rec["p50_ms_after"] = local_p50_ms(b, feed), local_p50_ms(c, feed)
         if self.ranking:
             rec["top_layers"] = [e.to_dict() for e in self.ranking[:10]]
+        if self.compute:
+            rec["compute_ops"] = self.compute
         return rec
 
 
@@ -158,6 +161,41 @@ def _graph_names(fmt: str, job) -> list[tuple[str, str]]:
         model, _ = _read(job)
         return [(op.get_friendly_name(), op.get_type_name()) for op in model.get_ordered_ops()]
     return []
+
+
+#: A chosen recipe that keeps more than this share of the compute ops float is said out loud.
+FLOAT_COMPUTE_WARN = 0.25
+
+
+def float_compute(fmt: str, job, recipe: Recipe) -> dict[str, Any] | None:
+    """How much of the int8 model's compute (convolutions, matmuls) a recipe keeps float.
+
+    Returns:
+        ``{"total", "float", "int8_share"}`` over the format's compute ops, or None when the recipe
+        keeps nothing float or the graph cannot be read.
+    """
+    if not recipe.float_nodes and not recipe.float_ops:
+        return None
+    try:
+        names = _graph_names(fmt, job)
+    except Exception:  # noqa: BLE001 - a figure for the record; never fails a conversion
+        return None
+    compute = [(n, op) for n, op in names if op in COMPUTE_OPS]
+    if not compute:
+        return None
+    floats = set(recipe.float_nodes)
+    kept = sum(1 for n, op in compute if n in floats or op in recipe.float_ops)
+    return {"total": len(compute), "float": kept, "int8_share": round(1 - kept / len(compute), 3)}
+
+
+def _say_float_compute(ctx: "BuildContext", loop: "Loop", rec: "Recovery") -> None:
+    rec.compute = float_compute(loop.fmt, loop.job(), rec.chosen.recipe)
+    c = rec.compute
+    if c and c["float"] > FLOAT_COMPUTE_WARN * c["total"]:
+        rec.chosen.result.warnings.append(
+            f"the recipe keeps {c['float']} of {c['total']} compute ops (convolutions, matmuls) float: only "
+            f"{c['int8_share']:.0%} of them run int8, so size and speed are closer to the float model's "
+            "(see size and p50 before/after in backend_options.recovery)")
 
 
 class Loop:
@@ -243,6 +281,7 @@ def convert_format(ctx: "BuildContext", fmt: str, cfg: RecoveryConfig) -> Recove
         return rec
     if base.passed or cfg.mode == "off" or not ctx.prep.calib.calibrated:
         rec.steps, rec.seconds = loop.steps, time.perf_counter() - t0
+        _say_float_compute(ctx, loop, rec)
         return rec
     ctx.say(f"{fmt}: gate failed; recovering ({cfg.mode}, budget {budget:.0f} s)")
     best = base
@@ -263,6 +302,7 @@ def convert_format(ctx: "BuildContext", fmt: str, cfg: RecoveryConfig) -> Recove
         best = _mixed(ctx, loop, best, rec)
     rec.chosen = best
     rec.steps, rec.seconds = loop.steps, time.perf_counter() - t0
+    _say_float_compute(ctx, loop, rec)
     ctx.say(f"{fmt}: recovery {'found a passing candidate' if best.passed else 'found nothing that passes'} "
             f"({best.recipe.name}) in {rec.seconds:.0f} s")
     return rec
