@@ -178,12 +178,6 @@ def _delegate_friendly(job: ConvertJob, form: Converted) -> Converted:
             form.model = model
             form.route += f" -> {name} decomposed for XNNPACK (x{n})"
     return form
-    model, n = decompose_prelu(form.model)
-    if n:
-        job.log(f"PRELU x{n} -> relu(x) + alpha * (x - relu(x)) (XNNPACK runs those in int8, not PRELU)")
-        form.model = model
-        form.route += f" -> PRELU decomposed for XNNPACK (x{n})"
-    return form
 
 
 def _stats(job: ConvertJob, form: Converted) -> dict:

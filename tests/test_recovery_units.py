@@ -131,3 +131,35 @@ def test_a_search_step_starts_only_when_it_fits_the_budget():
     assert _search(5)[0] == 6 and _search.finished
     loop = _Clock(0.5)
     assert not loop.fits() and loop.estimate() == 1.0  # the baseline's time until a candidate was timed
+
+
+def _attention_onnx(path):
+    """One self-attention block (and a weight matmul after it), built by code."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = {n: numpy_helper.from_array(RNG.normal(0, 0.2, (16, 16)).astype(np.float32), n) for n in ("wq", "wk", "wv", "wo")}
+    nodes = [helper.make_node("MatMul", ["x", "wq"], ["q"], name="proj_q"),
+             helper.make_node("MatMul", ["x", "wk"], ["k"], name="proj_k"),
+             helper.make_node("MatMul", ["x", "wv"], ["v"], name="proj_v"),
+             helper.make_node("Transpose", ["k"], ["kt"], name="k_t", perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"], name="scores"),
+             helper.make_node("Softmax", ["s"], ["p"], name="probs", axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["o"], name="mix"),
+             helper.make_node("MatMul", ["o", "wo"], ["y"], name="proj_o")]
+    graph = helper.make_graph(nodes, "attn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16])], list(w.values()))
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_attention_is_softmax_and_activation_matmuls_not_weight_matmuls(tmp_path):
+    import openvino as ov
+
+    from edge_sdk.converters.graph import from_onnx_file
+    from edge_sdk.converters.recovery import attention_in, openvino_attention
+
+    path = _attention_onnx(tmp_path / "attn.onnx")
+    assert attention_in(from_onnx_file(path)) == ["scores", "probs", "mix"]
+    names = openvino_attention(ov.Core().read_model(str(path)))
+    assert len(names) == 3 and not any(n.startswith("proj") for n in names), names
