@@ -157,9 +157,9 @@ def test_attention_is_softmax_and_activation_matmuls_not_weight_matmuls(tmp_path
     import openvino as ov
 
     from edge_sdk.converters.graph import from_onnx_file
-    from edge_sdk.converters.recovery import attention_in, openvino_attention
+    from edge_sdk.converters.recovery import attention_in
 
     path = _attention_onnx(tmp_path / "attn.onnx")
     assert attention_in(from_onnx_file(path)) == ["scores", "probs", "mix"]
-    names = openvino_attention(ov.Core().read_model(str(path)))
+    names = attention_in(ov.Core().read_model(str(path)))
     assert len(names) == 3 and not any(n.startswith("proj") for n in names), names

@@ -14,6 +14,7 @@ fails on its own, whatever else it scores.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -180,8 +181,8 @@ def embedding_metrics(r: np.ndarray, t: np.ndarray, spec: AccuracySpec) -> tuple
     return out, fails
 
 
-def edit_distance(a: list[int], b: list[int]) -> int:
-    """Levenshtein distance between two token sequences."""
+def edit_distance(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """Levenshtein distance between two sequences (token ids, or the characters of strings)."""
     row = list(range(len(b) + 1))
     for i, x in enumerate(a, 1):
         diag, row[0] = row[0], i

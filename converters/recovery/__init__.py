@@ -18,8 +18,9 @@ When a format's baseline candidate fails its gate (``--recover``, default ``mixe
    that gather the most noise (not on the Edge TPU).
 
 It keeps the time budget (``--recover-budget``; default twice the baseline's own time, at
-least 20 s): a step starts only when its estimated time fits in what is left. When nothing passes, the best candidate's figures and the report are what the user
-gets, and the candidate is kept for inspection. The chosen recipe, every step with its time, the
+least 20 s): a step starts only when its estimated time fits in what is left. When nothing
+passes, the best candidate's figures and the report are what the user gets, and the candidate
+is kept for inspection. The chosen recipe, every step with its time, the
 figures before and after, and size and local p50 before and after go into the manifest.
 """
 
@@ -143,70 +144,64 @@ class Recovery:
         return rec
 
 
-def _graph_names(fmt: str, job) -> list[tuple[str, str]]:
-    """(layer name, op type) in the format's own vocabulary, for --float-nodes patterns."""
+def format_graph(fmt: str, job) -> Any:
+    """The format's float graph in the names its recipes take: a :class:`~..graph.GraphView`
+    (ONNX node names, TFLite output tensors) or the OpenVINO model (op friendly names); None for
+    a format without one."""
     from ..graph import from_onnx_file, from_tflite
 
     if fmt == "onnx-qdq":
         from ..onnx_qdq import _prepped
 
-        g = from_onnx_file(_prepped(job)[0])
-        return [(n.name, n.op) for n in g.nodes]
+        return from_onnx_file(_prepped(job)[0])
     if fmt == "tflite-int8":
         from ..tflite_int8 import float_form
 
-        g = from_tflite(float_form(job).model)
-        return [(n.outputs[0], n.native) for n in g.nodes if n.outputs]
+        return from_tflite(float_form(job).model)
     if fmt == "openvino-ir":
         from ..openvino_ir import _read
 
-        model, _ = _read(job)
-        return [(op.get_friendly_name(), op.get_type_name()) for op in model.get_ordered_ops()]
-    return []
+        return _read(job)[0]
+    return None
 
 
-def attention_in(g) -> list[str]:
-    """A transformer's attention in a :class:`~..graph.GraphView`: softmax ops and matmuls of two
-    activations (Q x K^T, weights x V), by name (ONNX node names, TFLite output tensors).
+def _graph_names(graph: Any) -> list[tuple[str, str]]:
+    """(layer name, op type) of a :func:`format_graph`, for --float-nodes patterns."""
+    from ..graph import GraphView
+
+    if graph is None:
+        return []
+    if isinstance(graph, GraphView):
+        return [(n.name, n.native) for n in graph.nodes if n.outputs]
+    return [(op.get_friendly_name(), op.get_type_name()) for op in graph.get_ordered_ops()]
+
+
+def attention_in(graph: Any) -> list[str]:
+    """A transformer's attention in a :func:`format_graph`, by name: softmax ops (a classifier's
+    output softmax among them) and matmuls of two activations (Q x K^T, weights x V). Weight
+    matmuls (a constant input; in OpenVINO through Convert/Reshape/Transpose of a Constant) are
+    the int8 model's compute and stay int8.
 
     Int8 noise on probabilities and on activation x activation products is where post-training
-    quantization of attention breaks: PP-OCRv4's SVTR neck on the TFLite route read 52% of lines
-    with 75 top-ranked layers float, 85% (float: 90%) with these alone float. Weight matmuls (a
-    constant input) are the int8 model's compute and stay int8.
+    quantization of attention breaks. Measured on PP-OCRv4 rec's int8 TFLite route: 75
+    top-ranked layers float still read 52% of lines; every SOFTMAX and BATCH_MATMUL float
+    (``--float-nodes SOFTMAX,BATCH_MATMUL``, min/max ranges) read 85% (float: 90%).
     """
-    return [n.name for n in g.nodes if n.op == "Softmax" or (
-        n.native in ("MatMul", "BATCH_MATMUL") and not any(i in g.constants for i in n.inputs))]
+    from ..graph import GraphView
 
+    if graph is None:
+        return []
+    if isinstance(graph, GraphView):
+        return [n.name for n in graph.nodes if n.op == "Softmax" or (
+            n.native in ("MatMul", "BATCH_MATMUL") and not any(i in graph.constants for i in n.inputs))]
 
-def attention_nodes(fmt: str, job) -> list[str]:
-    """:func:`attention_in` for one format's graph, in the names its recipes take."""
-    from ..graph import from_onnx_file, from_tflite
-
-    if fmt == "onnx-qdq":
-        from ..onnx_qdq import _prepped
-
-        return attention_in(from_onnx_file(_prepped(job)[0]))
-    if fmt == "tflite-int8":
-        from ..tflite_int8 import float_form
-
-        return attention_in(from_tflite(float_form(job).model))
-    if fmt == "openvino-ir":
-        from ..openvino_ir import _read
-
-        return openvino_attention(_read(job)[0])
-    return []
-
-
-def openvino_attention(model) -> list[str]:
-    """:func:`attention_in` for an OpenVINO model (op friendly names); a matmul input counts as
-    constant through Convert/Reshape/Transpose of a Constant."""
     def const(port) -> bool:
         node = port.get_source_output().get_node()
         while node.get_type_name() in ("Convert", "Reshape", "Transpose") and node.inputs():
             node = node.input(0).get_source_output().get_node()
         return node.get_type_name() == "Constant"
 
-    return [op.get_friendly_name() for op in model.get_ordered_ops()
+    return [op.get_friendly_name() for op in graph.get_ordered_ops()
             if op.get_type_name() in ("Softmax", "SoftMax")
             or (op.get_type_name() == "MatMul" and not any(const(i) for i in op.inputs()))]
 
@@ -215,7 +210,7 @@ def openvino_attention(model) -> list[str]:
 FLOAT_COMPUTE_WARN = 0.25
 
 
-def float_compute(fmt: str, job, recipe: Recipe) -> dict[str, Any] | None:
+def float_compute(graph: Any, recipe: Recipe) -> dict[str, Any] | None:
     """How much of the int8 model's compute (convolutions, matmuls) a recipe keeps float.
 
     Returns:
@@ -224,11 +219,7 @@ def float_compute(fmt: str, job, recipe: Recipe) -> dict[str, Any] | None:
     """
     if not recipe.float_nodes and not recipe.float_ops:
         return None
-    try:
-        names = _graph_names(fmt, job)
-    except Exception:  # noqa: BLE001 - a figure for the record; never fails a conversion
-        return None
-    compute = [(n, op) for n, op in names if op in COMPUTE_OPS]
+    compute = [(n, op) for n, op in _graph_names(graph) if op in COMPUTE_OPS]
     if not compute:
         return None
     floats = set(recipe.float_nodes)
@@ -236,8 +227,11 @@ def float_compute(fmt: str, job, recipe: Recipe) -> dict[str, Any] | None:
     return {"total": len(compute), "float": kept, "int8_share": round(1 - kept / len(compute), 3)}
 
 
-def _say_float_compute(ctx: "BuildContext", loop: "Loop", rec: "Recovery") -> None:
-    rec.compute = float_compute(loop.fmt, loop.job(), rec.chosen.recipe)
+def _say_float_compute(loop: "Loop", rec: "Recovery") -> None:
+    try:
+        rec.compute = float_compute(loop.graph(), rec.chosen.recipe)
+    except Exception:  # noqa: BLE001 - a figure for the record; never fails a conversion
+        rec.compute = None
     c = rec.compute
     if c and c["float"] > FLOAT_COMPUTE_WARN * c["total"]:
         rec.chosen.result.warnings.append(
@@ -298,10 +292,16 @@ class Loop:
         made = [s["seconds"] for s in self.steps[1:] if "skipped" not in s and "ranking" not in s]
         return max(made) if made else self.steps[0]["seconds"]
 
-    def fits(self, factor: float = 1.0) -> bool:
-        """Whether a step estimated at ``factor`` candidates ends before the deadline: the budget
-        is kept, not overrun by the step that starts just before it ends."""
-        return self.time_left() >= factor * self.estimate()
+    def fits(self) -> bool:
+        """Whether the next step, at its estimate, ends before the deadline: the budget is kept,
+        not overrun by the step that starts just before it ends."""
+        return self.time_left() >= self.estimate()
+
+    def graph(self) -> Any:
+        """:func:`format_graph` of this format, read once per loop."""
+        if "graph" not in self.cache:
+            self.cache["graph"] = format_graph(self.fmt, self.job())
+        return self.cache["graph"]
 
 
 def convert_format(ctx: "BuildContext", fmt: str, cfg: RecoveryConfig) -> Recovery:
@@ -314,7 +314,7 @@ def convert_format(ctx: "BuildContext", fmt: str, cfg: RecoveryConfig) -> Recove
     loop = Loop(ctx, fmt, cfg)
     recipe = Recipe(calibration=cfg.calib_method, name="baseline")
     if cfg.float_patterns:  # --float-nodes: patterns over this format's own layer names and op types
-        recipe = user_recipe(cfg, _graph_names(fmt, loop.job()))
+        recipe = user_recipe(cfg, _graph_names(loop.graph()))
         if not recipe.float_nodes and not recipe.float_ops:
             ctx.say(f"{fmt}: --float-nodes {', '.join(cfg.float_patterns)} matched no layer or op type of this format")
     base = loop.make(recipe)
@@ -329,7 +329,7 @@ def convert_format(ctx: "BuildContext", fmt: str, cfg: RecoveryConfig) -> Recove
         return rec
     if base.passed or cfg.mode == "off" or not ctx.prep.calib.calibrated:
         rec.steps, rec.seconds = loop.steps, time.perf_counter() - t0
-        _say_float_compute(ctx, loop, rec)
+        _say_float_compute(loop, rec)
         return rec
     ctx.say(f"{fmt}: gate failed; recovering ({cfg.mode}, budget {budget:.0f} s)")
     best = base
@@ -350,7 +350,7 @@ def convert_format(ctx: "BuildContext", fmt: str, cfg: RecoveryConfig) -> Recove
         best = _mixed(ctx, loop, best, rec)
     rec.chosen = best
     rec.steps, rec.seconds = loop.steps, time.perf_counter() - t0
-    _say_float_compute(ctx, loop, rec)
+    _say_float_compute(loop, rec)
     ctx.say(f"{fmt}: recovery {'found a passing candidate' if best.passed else 'found nothing that passes'} "
             f"({best.recipe.name}) in {rec.seconds:.0f} s")
     return rec
@@ -456,7 +456,7 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
     # Edge TPU, where only the graph's tail may be float).
     if not (fmt == "tflite-int8" and tflite_config(ctx.profile).float_only_in_cpu_tail) and loop.fits():
         try:
-            attention = [n for n in attention_nodes(fmt, loop.job()) if n not in best.recipe.float_nodes]
+            attention = [n for n in attention_in(loop.graph()) if n not in best.recipe.float_nodes]
         except Exception as exc:  # noqa: BLE001 - a search step, never a conversion failure
             ctx.say(f"{fmt}: attention not located ({exc})")
             attention = []

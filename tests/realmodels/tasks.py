@@ -153,23 +153,17 @@ def ocr_charset(onnx_path) -> list[str]:
     return ["<blank>"] + meta["character"].split("\n") + [" "]
 
 
-def _edits(a: str, b: str) -> int:
-    row = list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        diag, row[0] = row[0], i
-        for j, y in enumerate(b, 1):
-            diag, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, diag + (x != y))
-    return row[-1]
-
-
 def rec_metric(preds: list[str], truth: list[str]) -> tuple[float, float]:
     """PaddleOCR's own recogniser metric (``ppocr.metrics.RecMetric``, its defaults): spaces
     ignored, ``acc`` the share of lines read exactly, ``norm_edit_dis`` one minus the mean of
-    ``edit distance / max(len)``."""
+    ``edit distance / max(len)``. The distance is the gate's (one Levenshtein in the product);
+    everything else here is PaddleOCR's, not the gate's."""
+    from edge_sdk.converters.accuracy.metrics import edit_distance
+
     p = [x.replace(" ", "") for x in preds]
     t = [x.replace(" ", "") for x in truth]
     acc = float(np.mean([a == b for a, b in zip(p, t)]))
-    ned = 1.0 - float(np.mean([_edits(a, b) / max(len(a), len(b), 1) for a, b in zip(p, t)]))
+    ned = 1.0 - float(np.mean([edit_distance(a, b) / max(len(a), len(b), 1) for a, b in zip(p, t)]))
     return acc, ned
 
 
