@@ -120,6 +120,9 @@ def _static_copy(onnx_path: Path, input_shapes: dict[str, list[int]], work: Path
                 dim.Clear()
                 dim.dim_value = int(value)
     _sanitize_node_names(model)
+    from .sources import self_contained_branches
+
+    self_contained_branches(model)  # onnx2tf loses the outer weights an If branch reads
     path = work / "static_input.onnx"
     onnx.save(model, str(path))
     return path

@@ -384,8 +384,54 @@ def to_static_onnx(source: SourceModel, input_shapes: dict[str, list[int]], out:
     _check_names(model, source)
     model = fix_onnx_shapes(model, input_shapes)
     name_nodes(model)
+    self_contained_branches(model)
     onnx.save(model, str(out))
     return out
+
+
+def self_contained_branches(model) -> int:
+    """Make every ``If`` readable by OpenVINO and onnx2tf, its meaning unchanged: a condition of shape
+    ``[1, 1]`` (valid ONNX: one element) becomes a scalar, and the outer initializers a branch reads
+    are copied into the branch.
+
+    openWakeWord's classifiers (``hey_jarvis_v0.1.onnx``) run a verifier head under ``If(score >=
+    t)``: OpenVINO refused the ``[1, 1]`` condition, and onnx2tf lost the branch's outer weights
+    (``KeyError: 'verifier_model.1.weight'``).
+
+    Returns:
+        How many ``If`` nodes were changed.
+    """
+    from onnx import helper, numpy_helper
+
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+    changed, moved = 0, set()
+    for node in list(graph.node):
+        if node.op_type != "If":
+            continue
+        for attr in node.attribute:
+            if attr.type != attr.GRAPH:
+                continue
+            sub = attr.g
+            own = {i.name for i in sub.initializer} | {i.name for i in sub.input} | {o for n in sub.node for o in n.output}
+            for name in sorted({i for n in sub.node for i in n.input} - own):
+                if name in inits:
+                    sub.initializer.append(inits[name])
+                    moved.add(name)
+                    changed += 1
+        shape = numpy_helper.from_array(np.zeros(0, np.int64), f"{node.name}/cond_scalar_shape")
+        graph.initializer.append(shape)
+        scalar = f"{node.input[0]}/scalar"
+        graph.node.insert(list(graph.node).index(node),
+                          helper.make_node("Reshape", [node.input[0], shape.name], [scalar], name=f"{node.name}/cond_scalar"))
+        node.input[0] = scalar
+        changed += 1
+    # The copies' originals, when the main graph itself does not read them (ONNX Runtime warns
+    # about every unused initializer it removes).
+    read = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
+    for init in [i for i in graph.initializer if i.name in moved and i.name not in read]:
+        graph.initializer.remove(init)
+    return changed
 
 
 def name_nodes(model) -> int:

@@ -8,6 +8,7 @@ use, so the facade can refuse (strict) or report the fallback (non-strict).
 from __future__ import annotations
 
 import platform
+import re
 from pathlib import Path
 
 import numpy as np
@@ -88,17 +89,33 @@ class OnnxRuntimeRunner(Runner):
         ort = require("onnxruntime", "running .onnx models")
         cfg = self.config
         provider = cfg.accelerator
-        so = ort.SessionOptions()
-        if cfg.num_threads:
-            so.intra_op_num_threads = int(cfg.num_threads)
-        so.log_severity_level = 3  # errors only: provider chatter is not for device logs
+        def options():
+            so = ort.SessionOptions()
+            if cfg.num_threads:
+                so.intra_op_num_threads = int(cfg.num_threads)
+            so.log_severity_level = 3  # errors only: provider chatter is not for device logs
+            return so
+
+        so = options()
         arithmetic = int8_arithmetic(so, provider, cfg)
         providers = [(provider, provider_options(provider, cfg))]
         if provider != "CPUExecutionProvider":
             # ORT needs the CPU provider for nodes the accelerator does not take.
             providers.append(("CPUExecutionProvider", {}))
         try:
-            sess = ort.InferenceSession(str(cfg.model_path), sess_options=so, providers=providers)
+            try:
+                sess = ort.InferenceSession(str(cfg.model_path), sess_options=so, providers=providers)
+            except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types from native code
+                # With s8 activations kept, ORT fuses DQ -> op -> Q into the op on int8 even where it has
+                # no int8 kernel (DepthToSpace in BlazePose's head): ORT's own s8 -> u8 conversion runs it.
+                op = re.search(r"Failed to find kernel for (\w+)\(", str(exc))
+                if not op:
+                    raise
+                so = options()
+                so.add_session_config_entry("session.qdqisint8allowed", "0")
+                sess = ort.InferenceSession(str(cfg.model_path), sess_options=so, providers=providers)
+                arithmetic = (f"u8s8: ONNX Runtime has no int8 kernel for {op.group(1)} here, so its s8 -> u8 "
+                              "activation conversion is on")
         except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types from native code
             msg = str(exc)
             if provider != "CPUExecutionProvider" and provider.replace("ExecutionProvider", "") in msg:

@@ -69,3 +69,78 @@ def test_artifacts_load_in_the_runtime_and_agree_with_keras(converted):
         agree = np.mean(np.argmax(got, 1) == np.argmax(want, 1))
         assert agree >= 0.8, (kind, p.profile, agree)
         assert np.max(np.abs(got - want)) < 0.25, (kind, p.profile)
+
+
+def _two_stage_classifier(path):
+    """openWakeWord's shape of classifier, built by code: a score, then under ``If(score >= 0.5)``
+    (a ``[1, 1]`` condition) a verifier head whose weights are the outer graph's initializers."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(rng.normal(0, 1, (8, 1)).astype(np.float32), "w1"),
+             numpy_helper.from_array(rng.normal(0, 1, (8, 1)).astype(np.float32), "w2"),
+             numpy_helper.from_array(np.array([[0.5]], np.float32), "t")]
+    then = helper.make_graph([helper.make_node("MatMul", ["x", "w2"], ["v"], name="verify"),
+                              helper.make_node("Sigmoid", ["v"], ["p2"], name="verify_sigmoid")], "then", [],
+                             [helper.make_tensor_value_info("p2", TensorProto.FLOAT, [1, 1])])
+    other = helper.make_graph([helper.make_node("Identity", ["p1"], ["p1_out"], name="keep")], "else", [],
+                              [helper.make_tensor_value_info("p1_out", TensorProto.FLOAT, [1, 1])])
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["s"], name="score"),
+             helper.make_node("Sigmoid", ["s"], ["p1"], name="score_sigmoid"),
+             helper.make_node("GreaterOrEqual", ["p1", "t"], ["cond"], name="gate"),
+             helper.make_node("If", ["cond"], ["y"], name="verifier", then_branch=then, else_branch=other)]
+    graph = helper.make_graph(nodes, "two_stage", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    onnx.save(model, str(path))
+    return model, numpy_helper.to_array(inits[0])
+
+
+def test_if_branches_made_readable_for_openvino(tmp_path):
+    import onnx
+    import onnxruntime as ort
+    import openvino as ov
+
+    from edge_sdk.converters.sources import self_contained_branches
+
+    model, w1 = _two_stage_classifier(tmp_path / "two_stage.onnx")
+    with pytest.raises(Exception, match="If"):  # OpenVINO refuses the [1, 1] condition as it is
+        ov.Core().compile_model(str(tmp_path / "two_stage.onnx"), "CPU")
+    assert self_contained_branches(model) == 2  # the condition made a scalar; w2 copied into the then branch
+    then = next(a.g for a in model.graph.node[-1].attribute if a.name == "then_branch")
+    assert [i.name for i in then.initializer] == ["w2"]
+    assert "w2" not in {i.name for i in model.graph.initializer}  # moved: the main graph never read it
+    onnx.checker.check_model(model)
+    onnx.save(model, str(tmp_path / "fixed.onnx"))
+    fixed = ov.Core().compile_model(str(tmp_path / "fixed.onnx"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    sess = ort.InferenceSession(str(tmp_path / "two_stage.onnx"), providers=["CPUExecutionProvider"])
+    branches = set()
+    for x in np.random.default_rng(4).normal(0, 1, (16, 1, 8)).astype(np.float32):
+        ref = sess.run(None, {"x": x})[0]
+        np.testing.assert_allclose(fixed({"x": x})[0], ref, rtol=1e-5, atol=1e-6)
+        branches.add(bool((x @ w1)[0, 0] >= 0))  # sigmoid(s) >= 0.5: the verifier ran
+    assert branches == {True, False}  # both branches were compared
+
+
+def test_two_stage_classifier_converts_and_says_what_its_data_lacks(tmp_path):
+    """The If model end to end (NNCF calibrates each branch on the samples that take it): with
+    calibration samples on both sides of the threshold OpenVINO publishes; when no sample takes the
+    verifier branch, OpenVINO fails naming what the data lacks and ONNX QDQ still publishes."""
+    from edge_sdk.errors import ConversionError
+
+    model_path = tmp_path / "two_stage.onnx"
+    _, w1 = _two_stage_classifier(model_path)
+    x = np.random.default_rng(5).normal(0, 1, (120, 1, 8)).astype(np.float32)
+    positive = (x @ w1)[:, 0, 0] >= 0
+    np.savez(tmp_path / "both.npz", x=x)
+    np.savez(tmp_path / "negatives.npz", x=x[~positive])
+    summary = edge_sdk.convert(model_path, ["intel-cpu"], tmp_path / "both", calib=tmp_path / "both.npz",
+                               progress=None)
+    assert [o.status for p in summary.profiles for o in p.outcomes] == ["published"]
+    with pytest.raises(ConversionError) as err:
+        edge_sdk.convert(model_path, ["intel-cpu", "jetson-orin"], tmp_path / "neg", calib=tmp_path / "negatives.npz",
+                         progress=None)
+    assert "no calibration sample took one of the branches" in str(err.value)
+    assert (tmp_path / "neg" / "jetson-orin" / "manifest.json").is_file()
+    assert not (tmp_path / "neg" / "intel-cpu").exists()

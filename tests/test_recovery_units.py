@@ -163,3 +163,63 @@ def test_attention_is_softmax_and_activation_matmuls_not_weight_matmuls(tmp_path
     assert attention_in(from_onnx_file(path)) == ["scores", "probs", "mix"]
     names = attention_in(ov.Core().read_model(str(path)))
     assert len(names) == 3 and not any(n.startswith("proj") for n in names), names
+
+
+def test_smoothquant_only_where_there_is_attention(tmp_path):
+    """NNCF's transformer mode (SmoothQuant) smooths the matmuls that feed attention: a CNN
+    classifier, whose only softmax is its output, skips that candidate (it spent a third of a
+    small detector's 20 s budget for nothing)."""
+    import onnx
+    import openvino as ov
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edge_sdk.converters.graph import from_onnx_file
+    from edge_sdk.converters.recovery import _transformer
+
+    w = numpy_helper.from_array(RNG.normal(0, 0.2, (4, 3, 3, 3)).astype(np.float32), "w")
+    fc = numpy_helper.from_array(RNG.normal(0, 0.2, (4, 5)).astype(np.float32), "fc")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("GlobalAveragePool", ["c"], ["g"], name="pool"),
+             helper.make_node("Flatten", ["g"], ["f"], name="flat"),
+             helper.make_node("MatMul", ["f", "fc"], ["l"], name="logits"),
+             helper.make_node("Softmax", ["l"], ["y"], name="probs", axis=-1)]
+    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])], [w, fc])
+    cnn = tmp_path / "cnn.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(cnn))
+    attn = _attention_onnx(tmp_path / "attn.onnx")
+    for path, expect in ((cnn, False), (attn, True)):
+        for graph_of in (from_onnx_file, lambda p: ov.Core().read_model(str(p))):
+            assert _transformer(SimpleNamespace(graph=lambda p=path, g=graph_of: g(p))) is expect, (path.name, expect)
+
+
+def test_a_single_layer_leaves_room_for_the_head():
+    loop = _Clock(1.5)
+    assert loop.fits() and not loop.fits(2)  # one candidate fits, a single layer plus a head candidate does not
+
+
+def test_openvino_head_is_every_scales_last_convolutions(tmp_path):
+    """A two-scale detector built by code: both score convolutions come first (each feeds an
+    output through reshape and concat alone), then the convolutions one compute op further."""
+    import onnx
+    import openvino as ov
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edge_sdk.converters.recovery import head_layers
+
+    def conv(name, src, cin, cout, stride=1):
+        w = numpy_helper.from_array(RNG.normal(0, 0.3, (cout, cin, 3, 3)).astype(np.float32), f"{name}_w")
+        return helper.make_node("Conv", [src, w.name], [name], name=name, pads=[1, 1, 1, 1], strides=[stride] * 2), w
+
+    made = [conv("c1", "x", 3, 8), conv("c2", "c1", 8, 8, 2), conv("score_a", "c2", 8, 2),
+            conv("c3", "c2", 8, 8, 2), conv("score_b", "c3", 8, 2)]
+    shape = numpy_helper.from_array(np.array([1, -1], np.int64), "flat")
+    nodes = [n for n, _ in made] + [helper.make_node("Reshape", ["score_a", "flat"], ["ra"], name="ra"),
+                                    helper.make_node("Reshape", ["score_b", "flat"], ["rb"], name="rb"),
+                                    helper.make_node("Concat", ["ra", "rb"], ["y"], name="cat", axis=1)]
+    graph = helper.make_graph(nodes, "det", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 160])], [w for _, w in made] + [shape])
+    path = tmp_path / "det.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    head = [name for name, _, _ in head_layers(ov.Core().read_model(str(path)))]
+    assert len(head) == 5 and set(head[:2]) == {"score_a", "score_b"} and set(head[2:4]) == {"c2", "c3"} and head[4] == "c1"

@@ -3,7 +3,8 @@
 When a format's baseline candidate fails its gate (``--recover``, default ``mixed``):
 
 1. **calibration**: the alternatives its toolchain offers (ONNX Runtime percentile;
-   NNCF's transformer mode (SmoothQuant), quantile estimator and full bias correction; the TFLite
+   NNCF's transformer mode (SmoothQuant, where there is attention), median of per-sample ranges,
+   quantile estimator and full bias correction; the TFLite
    route's percentile ranges), in
    order, stopping at the first that passes. Calibration statistics are computed once per method.
 2. **mixed precision** (``mixed`` only): the sensitivity report ranks the layers of the best
@@ -80,6 +81,7 @@ ALTERNATIVES: dict[str, list[tuple[Recipe, float]]] = {
     "onnx-qdq": [(Recipe(calibration="percentile", name="percentile"), 1.0)],
     # NNCF's quantile estimator is ~5x its min/max pass on PP-OCRv4 (35 s vs 7 s)
     "openvino-ir": [(Recipe(options=(("model_type", "transformer"),), name="transformer (SmoothQuant)"), 1.5),
+                    (Recipe(calibration="median", name="median min/max"), 1.2),
                     (Recipe(calibration="percentile", name="percentile"), 5.0),
                     (Recipe(calibration="percentile", options=(("bias_correction", "full"),),
                             name="percentile+full-bias-correction"), 6.0)],
@@ -206,6 +208,49 @@ def attention_in(graph: Any) -> list[str]:
             or (op.get_type_name() == "MatMul" and not any(const(i) for i in op.inputs()))]
 
 
+def head_layers(model) -> list[tuple[str, str, int]]:
+    """An OpenVINO model's compute ops (convolutions, matmuls) nearest its outputs first:
+    ``(friendly name, type, position)`` ordered by how many compute ops lie between them and an
+    output (0: the op feeds an output through reshapes, concats and activations alone), then
+    last-executed first. A multi-scale detector's score and box convolutions of every scale come
+    first, which "the last N ops executed" would split."""
+    ops = model.get_ordered_ops()
+    index = {op.get_friendly_name(): i for i, op in enumerate(ops)}
+    best: dict[str, int] = {}
+    compute: dict[str, tuple[int, str]] = {}
+    frontier = [(r, 0) for r in model.get_results()]
+    while frontier:
+        op, depth = frontier.pop()
+        for port in op.inputs():
+            src = port.get_source_output().get_node()
+            kind, name = src.get_type_name(), src.get_friendly_name()
+            if kind == "Constant":
+                continue
+            if kind in COMPUTE_OPS:
+                if name not in compute or depth < compute[name][0]:
+                    compute[name] = (depth, kind)
+                nxt = depth + 1
+            else:
+                nxt = depth
+            if best.get(name, 1 << 30) <= nxt:
+                continue
+            best[name] = nxt
+            frontier.append((src, nxt))
+    order = sorted(compute, key=lambda n: (compute[n][0], -index.get(n, 0)))
+    return [(n, compute[n][1], index.get(n, 0)) for n in order]
+
+
+def _transformer(loop: "Loop") -> bool:
+    """Whether the format's graph has attention matmuls (NNCF's transformer mode applies SmoothQuant
+    to the matmuls that feed them; a convolutional network gains nothing and spends a candidate)."""
+    try:
+        graph = loop.graph()
+        names = set(attention_in(graph))
+        return any(op.startswith("MatMul") or op == "BATCH_MATMUL" for n, op in _graph_names(graph) if n in names)
+    except Exception:  # noqa: BLE001 - when the graph cannot be read, try the step as before
+        return True
+
+
 #: A chosen recipe that keeps more than this share of the compute ops float is said out loud.
 FLOAT_COMPUTE_WARN = 0.25
 
@@ -292,10 +337,10 @@ class Loop:
         made = [s["seconds"] for s in self.steps[1:] if "skipped" not in s and "ranking" not in s]
         return max(made) if made else self.steps[0]["seconds"]
 
-    def fits(self) -> bool:
-        """Whether the next step, at its estimate, ends before the deadline: the budget is kept,
-        not overrun by the step that starts just before it ends."""
-        return self.time_left() >= self.estimate()
+    def fits(self, candidates: int = 1) -> bool:
+        """Whether the next ``candidates`` steps, at their estimate, end before the deadline: the
+        budget is kept, not overrun by the step that starts just before it ends."""
+        return self.time_left() >= candidates * self.estimate()
 
     def graph(self) -> Any:
         """:func:`format_graph` of this format, read once per loop."""
@@ -335,6 +380,10 @@ def convert_format(ctx: "BuildContext", fmt: str, cfg: RecoveryConfig) -> Recove
     best = base
     for alt, cost in ALTERNATIVES.get(fmt, []):
         if alt.calibration == base.recipe.method(ctx.profile) and not alt.options:
+            continue
+        if alt.option("model_type") == "transformer" and not _transformer(loop):
+            loop.steps.append({"recipe": alt.name, "seconds": 0.0, "passed": False,
+                               "skipped": "no activation x activation matmul: SmoothQuant has nothing to smooth"})
             continue
         if loop.time_left() < cost * base.seconds:
             loop.steps.append({"recipe": alt.name, "seconds": 0.0, "passed": False,
@@ -432,7 +481,8 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
         for e in layers:
             for n in e.float_set or [e.name]:
                 names.append(n)
-                why.setdefault(n, f"sensitivity: {e.name} adds error {e.added:.3f}"
+                why.setdefault(n, "head: a last compute layer before the outputs" if e.error < 0 else
+                               f"sensitivity: {e.name} adds error {e.added:.3f}"
                                + ("" if n == e.name else f" to the tensor {n} reads"))
         return loop.make(Recipe(calibration=best.recipe.calibration, options=best.recipe.options,
                                 float_nodes=tuple(dict.fromkeys([*best.recipe.float_nodes, *names])),
@@ -440,9 +490,11 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
 
     winner: Candidate | None = None
     for layer in ranking[:GAIN_TOP]:
-        if not loop.fits():
-            rec.stopped = "time budget"
-            return best
+        # A single layer leaves room for one head candidate: on a small model's 20 s budget the
+        # singles alone would spend it, and a detector's errors sit in its head (BlazeFace full
+        # range: no single layer passed, the last 8 together did).
+        if not loop.fits(2):
+            break
         cand = with_float([layer], f"mixed(1: {layer.name})")
         if cand is None:
             continue
@@ -474,6 +526,13 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
     # The head: the last layers before the outputs decide argmaxes and thresholds (a classifier's
     # logits over thousands of classes, a detector's score concat) even where their noise is small.
     tail = sorted(ranking, key=lambda e: -e.index)
+    if fmt == "openvino-ir":
+        # NNCF's int8 IR ranks only the ops it quantizes at their outputs (a detector's last convs
+        # feed a float Concat and are not among them): its head comes from the graph itself.
+        try:
+            tail = [LayerError(name, op, -1.0, 0.0, i) for name, op, i in head_layers(loop.graph())] or tail
+        except Exception as exc:  # noqa: BLE001 - a search step, never a conversion failure
+            ctx.say(f"{fmt}: head not located ({exc})")
     order = sorted(ranking[:GAIN_TOP], key=lambda e: -(e.gain or 0)) + ranking[GAIN_TOP:]
     # Then the fewest top layers that pass. A model whose noise no number of single layers removes
     # (spread over a transformer's norms and residuals) spends one candidate per search, not ten,

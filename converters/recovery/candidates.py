@@ -8,6 +8,7 @@ published one will be.
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from edge_sdk.errors import ConversionError, EdgeSDKError
 from edge_sdk.manifest import write_manifest
 
 from .. import accuracy as acc
@@ -89,10 +91,30 @@ def make_candidate(ctx: "BuildContext", fmt: str, recipe: Recipe, folder: Path, 
     result = FORMATS.get(fmt)(job)
     write_manifest(folder, manifest_for(ctx, {fmt: result}, folder, []))
     step = acc.gate_step(ctx.profile, fmt)
-    report = acc.evaluate(folder, step, cs.holdout, ctx.prep.reference, ctx.profile.accuracy, ctx.prep.kinds, ctx.task,
-                          (cs.streams, cs.holdout_lengths) if cs.streams else None)
+    try:
+        report = acc.evaluate(folder, step, cs.holdout, ctx.prep.reference, ctx.profile.accuracy, ctx.prep.kinds,
+                              ctx.task, (cs.streams, cs.holdout_lengths) if cs.streams else None)
+    except ConversionError:
+        raise
+    except EdgeSDKError as exc:  # the artifact does not load or run in the gate's runtime: this format failed
+        raise ConversionError(f"the {fmt} artifact does not run in {step.backend} ({step.accelerator}) here: {exc.message}",
+                              missing_kernel_hint(exc.message) or exc.hint) from None
     report["score"] = gate_score(report["outputs"]) if "task" not in report or report["task"]["passed"] else -1.0
     return Candidate(fmt, recipe, folder, result, report, time.perf_counter() - t0, {"step": step, "job": job})
+
+
+def missing_kernel_op(message: str) -> str | None:
+    """The op type ONNX Runtime has no kernel for (``Failed to find kernel for DepthToSpace(13)``), or None."""
+    m = re.search(r"Failed to find kernel for (\w+)\(", message or "")
+    return m.group(1) if m else None
+
+
+def missing_kernel_hint(message: str) -> str | None:
+    op = missing_kernel_op(message)
+    if not op:
+        return None
+    return (f"This ONNX Runtime has no kernel for {op} on the int8 type the graph gives it; keep the int8 tensors around "
+            f"it float (--float-nodes {op}), or use another profile.")
 
 
 def copy_into(candidate: Candidate, stage: Path) -> None:
