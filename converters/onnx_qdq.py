@@ -23,6 +23,7 @@ from edge_sdk.manifest import TensorSpec
 
 from .base import ConvertJob, FormatResult
 from .targets import TENSORRT_OPTIONS
+from .tflite_native import RANGE_METHODS, stat_range
 
 MODEL_FILE = "model.onnx"
 #: Lowest opset for per-channel QDQ (DequantizeLinear ``axis``).
@@ -166,9 +167,9 @@ def _prepped(job: ConvertJob) -> tuple[Path, int, int]:
     return job.cache["qdq_prepped"]
 
 
-def _activation_stats(job: ConvertJob, prepped: Path) -> dict[str, tuple[float, float, float, float]]:
-    """Per activation tensor: (min, max, mean per-sample low quantile, mean per-sample high quantile),
-    from one pass of the pre-processed model over the calibration feeds (shared by minmax and percentile)."""
+def _activation_stats(job: ConvertJob, prepped: Path) -> dict[str, tuple[float, ...]]:
+    """Per activation tensor: :func:`~.tflite_native.finish_stat`'s figures, from one pass of the
+    pre-processed model over the calibration feeds (shared by minmax, percentile and median)."""
     if "qdq_stats" in job.cache:
         return job.cache["qdq_stats"]
     onnx = require("onnx", "int8 ONNX conversion")
@@ -177,7 +178,7 @@ def _activation_stats(job: ConvertJob, prepped: Path) -> dict[str, tuple[float, 
     from onnxruntime.quantization.quant_utils import load_model_with_shape_infer
     from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
-    from .tflite_native import PERCENTILE_TAIL
+    from .tflite_native import _update, finish_stat, new_stat
 
     model = load_model_with_shape_infer(Path(prepped))
     ops = set(QLinearOpsRegistry) | set(QDQRegistry)
@@ -192,23 +193,15 @@ def _activation_stats(job: ConvertJob, prepped: Path) -> dict[str, tuple[float, 
     job.log(f"activation statistics ({len(names)} tensors, {len(job.calib)} samples)")
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     outs = [o.name for o in sess.get_outputs()]
-    acc: dict[str, list[float]] = {t: [np.inf, -np.inf, 0.0, 0.0, 0] for t in names}
+    acc = {t: new_stat() for t in names}
     for feed in job.calib:
         values = dict(zip(outs, sess.run(None, feed)))
         values.update({k: v for k, v in feed.items() if k in acc})
         for t in names:
             v = values.get(t)
-            if v is None or not np.size(v):
-                continue
-            flat = np.asarray(v, np.float64).reshape(-1)
-            st = acc[t]
-            st[0], st[1] = min(st[0], float(flat.min())), max(st[1], float(flat.max()))
-            k = int(PERCENTILE_TAIL * flat.size)
-            part = np.partition(flat, (k, flat.size - 1 - k)) if k >= 1 else None
-            st[2] += float(part[k]) if part is not None else float(flat.min())
-            st[3] += float(part[flat.size - 1 - k]) if part is not None else float(flat.max())
-            st[4] += 1
-    job.cache["qdq_stats"] = {t: (a[0], a[1], a[2] / a[4], a[3] / a[4]) for t, a in acc.items() if a[4]}
+            if v is not None and np.size(v):
+                _update(acc[t], np.asarray(v, np.float64))
+    job.cache["qdq_stats"] = {t: finish_stat(a) for t, a in acc.items() if a[4]}
     return job.cache["qdq_stats"]
 
 
@@ -222,11 +215,11 @@ def _ranges(job: ConvertJob, prepped: Path, method: str):
     from onnxruntime.quantization.calibrate import TensorData, TensorsData, create_calibrator
     from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
-    if method in ("minmax", "percentile"):
+    if method in RANGE_METHODS:
         stats = _activation_stats(job, prepped)
-        pick = (lambda s: (s[0], s[1])) if method == "minmax" else (lambda s: (s[2], s[3]))
         job.cache[key] = TensorsData(q.CalibrationMethod.MinMax, {
-            t: TensorData(lowest=np.array(pick(s)[0], np.float32), highest=np.array(pick(s)[1], np.float32))
+            t: TensorData(lowest=np.array(stat_range(s, method)[0], np.float32),
+                          highest=np.array(stat_range(s, method)[1], np.float32))
             for t, s in stats.items()})
         return job.cache[key]
     ops = list(set(QLinearOpsRegistry) | set(QDQRegistry))
@@ -265,8 +258,8 @@ def convert(job: ConvertJob) -> FormatResult:
     recipe = job.recipe
     per_channel = spec.weights == "per-channel"
     method = recipe.method(job.profile)
-    if method not in ("minmax", "percentile", "entropy"):
-        raise ConversionError(f"Calibration method '{method}' is not one ONNX Runtime offers (minmax, percentile, entropy).")
+    if method not in ("minmax", "percentile", "entropy", "median"):
+        raise ConversionError(f"Calibration method '{method}' is not one ONNX Runtime offers (minmax, percentile, entropy, median).")
     prepped, opset_from, opset_to = _prepped(job)
     types = {"int8": q.QuantType.QInt8, "uint8": q.QuantType.QUInt8}
     out = job.workdir / MODEL_FILE

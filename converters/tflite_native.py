@@ -263,11 +263,9 @@ def static_shapes(model: bytes, input_shapes: dict[str, list[int]]) -> bytes:
 PERCENTILE_TAIL = 1e-4
 
 
-def calibrate(model: bytes, feeds: Iterable) -> dict[int, tuple[float, float, float, float]]:
-    """Statistics of every float activation over ``feeds``: ``{tensor: (min, max, q_lo, q_hi)}``.
-
-    ``min``/``max`` are global (the ``minmax`` method); ``q_lo``/``q_hi`` the per-sample
-    ``PERCENTILE_TAIL`` quantiles averaged over samples (the ``percentile`` method). The model runs
+def calibrate(model: bytes, feeds: Iterable) -> dict[int, tuple[float, ...]]:
+    """Statistics of every float activation over ``feeds``: ``{tensor: (min, max, q_lo, q_hi, median
+    min, median max)}`` (:func:`finish_stat`; :func:`stat_range` picks a method's pair). The model runs
     in LiteRT with its default delegate (XNNPACK implements MediaPipe's custom ops), with every
     float activation made a model output so that each one is really computed.
 
@@ -291,7 +289,7 @@ def calibrate(model: bytes, feeds: Iterable) -> dict[int, tuple[float, float, fl
     _, probe = _load(model)
     probe.subgraphs[0].outputs = sorted(set(int(o) for o in probe.subgraphs[0].outputs) | (set(floats) - model_inputs))
     probe.signatureDefs = []
-    acc: dict[int, list] = {i: [np.inf, -np.inf, 0.0, 0.0, 0] for i in floats}
+    acc: dict[int, list] = {i: new_stat() for i in floats}
     try:
         it = Interpreter(model_content=_pack(probe, len(model)))
         it.allocate_tensors()
@@ -314,35 +312,59 @@ def calibrate(model: bytes, feeds: Iterable) -> dict[int, tuple[float, float, fl
         raise ConversionError(f"Calibration feed names input {exc}, which the TFLite model does not have.") from None
     except Exception as exc:  # noqa: BLE001 - LiteRT raises RuntimeError/ValueError
         raise ConversionError(f"LiteRT could not run the float TFLite model for calibration: {str(exc)[:300]}") from None
-    return {i: (v[0], v[1], v[2] / v[4], v[3] / v[4]) for i, v in acc.items() if v[4] and np.isfinite(v[0])}
+    return {i: finish_stat(v) for i, v in acc.items() if v[4] and np.isfinite(v[0])}
+
+
+#: Range methods the statistics below serve: global min/max; per-sample ``PERCENTILE_TAIL``
+#: quantiles averaged; the median over samples of each sample's min and max (a recovery
+#: alternative: a few samples' outliers cut at min/max cost, NNCF's MEDIAN_MINMAX).
+RANGE_METHODS = ("minmax", "percentile", "median")
+
+
+def new_stat() -> list:
+    """An empty statistics accumulator for :func:`_update`."""
+    return [np.inf, -np.inf, 0.0, 0.0, 0, [], []]
 
 
 def _update(stat: list, a: np.ndarray) -> None:
     flat = a.reshape(-1)
-    stat[0] = min(stat[0], float(flat.min()))
-    stat[1] = max(stat[1], float(flat.max()))
+    lo, hi = float(flat.min()), float(flat.max())
+    stat[0] = min(stat[0], lo)
+    stat[1] = max(stat[1], hi)
     k = int(PERCENTILE_TAIL * flat.size)
     if k >= 1:
         part = np.partition(flat, (k, flat.size - 1 - k))
         stat[2] += float(part[k])
         stat[3] += float(part[flat.size - 1 - k])
     else:
-        stat[2] += float(flat.min())
-        stat[3] += float(flat.max())
+        stat[2] += lo
+        stat[3] += hi
     stat[4] += 1
+    stat[5].append(lo)
+    stat[6].append(hi)
 
 
-def apply_stats(model: bytes, stats: dict[int, tuple[float, float, float, float]], method: str) -> bytes:
-    """Write the chosen statistics (``minmax`` or ``percentile``) into the flatbuffer's min/max."""
-    if method not in ("minmax", "percentile"):
-        raise ConversionError(f"Calibration method '{method}' is not one the TFLite route offers (minmax, percentile).")
+def finish_stat(stat: list) -> tuple[float, ...]:
+    """``(min, max, q_lo, q_hi, median min, median max)`` of an accumulator."""
+    return (stat[0], stat[1], stat[2] / stat[4], stat[3] / stat[4], float(np.median(stat[5])), float(np.median(stat[6])))
+
+
+def stat_range(stat: tuple[float, ...], method: str) -> tuple[float, float]:
+    """The activation range ``method`` takes from :func:`finish_stat`'s tuple."""
+    return {"minmax": (stat[0], stat[1]), "percentile": (stat[2], stat[3]), "median": (stat[4], stat[5])}[method]
+
+
+def apply_stats(model: bytes, stats: dict[int, tuple[float, ...]], method: str) -> bytes:
+    """Write the chosen statistics (one of :data:`RANGE_METHODS`) into the flatbuffer's min/max."""
+    if method not in RANGE_METHODS:
+        raise ConversionError(f"Calibration method '{method}' is not one the TFLite route offers ({', '.join(RANGE_METHODS)}).")
     schema, m = _load(model)
     sg = m.subgraphs[0]
-    for i, (lo, hi, qlo, qhi) in stats.items():
+    for i, stat in stats.items():
         t = sg.tensors[i]
         if t.quantization is None:
             t.quantization = schema.QuantizationParametersT()
-        a, b = (lo, hi) if method == "minmax" else (qlo, qhi)
+        a, b = stat_range(stat, method)
         t.quantization.min, t.quantization.max = [a], [b]
     return _pack(m, len(model))
 

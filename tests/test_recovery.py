@@ -77,7 +77,7 @@ def test_calibration_mode_never_keeps_layers_float(outlier, tmp_path):
         edge_sdk.convert(outlier["model"], "jetson-orin", tmp_path / "out", recover="calibration", **outlier["kw"])
     rejected = read_manifest(tmp_path / "out" / ".rejected" / "jetson-orin", allow_unpublished=True)
     steps = rejected.backend_options["recovery"]["onnx-qdq"]["steps"]
-    assert [s["recipe"] for s in steps] == ["baseline", "percentile"]
+    assert [s["recipe"] for s in steps] == ["baseline", "percentile", "median min/max"]
     assert all(not s["float_nodes"] for s in steps) and "Accuracy gate failed" in err.value.message
 
 
@@ -96,7 +96,7 @@ def test_zero_budget_stops_after_the_baseline(outlier, tmp_path):
     # nothing beyond the baseline ran: the alternative is recorded as skipped, with why
     rejected = read_manifest(tmp_path / "out" / ".rejected" / "jetson-orin", allow_unpublished=True)
     steps = rejected.backend_options["recovery"]["onnx-qdq"]["steps"]
-    assert steps[0]["recipe"] == "baseline" and all("skipped" in st for st in steps[1:]) and len(steps) == 2
+    assert steps[0]["recipe"] == "baseline" and all("skipped" in st for st in steps[1:]) and len(steps) == 3
 
 
 def test_collapsed_packed_head_recovered_by_keeping_its_concat_float(tmp_path):

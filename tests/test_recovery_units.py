@@ -223,3 +223,23 @@ def test_openvino_head_is_every_scales_last_convolutions(tmp_path):
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     head = [name for name, _, _ in head_layers(ov.Core().read_model(str(path)))]
     assert len(head) == 5 and set(head[:2]) == {"score_a", "score_b"} and set(head[2:4]) == {"c2", "c3"} and head[4] == "c1"
+
+
+def test_median_ranges_cut_a_few_samples_outliers():
+    """The median over samples of each sample's min and max: one sample's spike does not set the
+    range (minmax), a steady range is kept whole (unlike a per-sample quantile)."""
+    from edge_sdk.converters.tflite_native import _update, finish_stat, new_stat, stat_range
+
+    acc = new_stat()
+    rng = np.random.default_rng(0)
+    for i in range(9):
+        a = rng.uniform(-1, 1, 1000).astype(np.float32)
+        a[0], a[1] = -1.0, 1.0  # every sample spans [-1, 1]
+        if i == 4:
+            a[2] = 40.0  # one sample's spike
+        _update(acc, a)
+    stat = finish_stat(acc)
+    assert stat_range(stat, "minmax") == (-1.0, 40.0)
+    assert stat_range(stat, "median") == (-1.0, 1.0)
+    lo, hi = stat_range(stat, "percentile")
+    assert -1.0 < lo and hi < 40.0

@@ -4,8 +4,8 @@ When a format's baseline candidate fails its gate (``--recover``, default ``mixe
 
 1. **calibration**: the alternatives its toolchain offers (ONNX Runtime percentile;
    NNCF's transformer mode (SmoothQuant, where there is attention), median of per-sample ranges,
-   quantile estimator and full bias correction; the TFLite
-   route's percentile ranges), in
+   quantile estimator and full bias correction; the TFLite route's percentile ranges; on every
+   format the median over samples of each sample's min and max), in
    order, stopping at the first that passes. Calibration statistics are computed once per method.
 2. **mixed precision** (``mixed`` only): the sensitivity report ranks the layers of the best
    candidate so far by the error each adds (:mod:`.sensitivity`); the top layers are tried
@@ -78,14 +78,16 @@ class RecoveryConfig:
 #: measured here relative to the baseline candidate (an alternative the budget cannot afford is skipped).
 ALTERNATIVES: dict[str, list[tuple[Recipe, float]]] = {
     # entropy (ONNX Runtime's histogram calibrator) is minutes on real models: --calib-method entropy asks for it
-    "onnx-qdq": [(Recipe(calibration="percentile", name="percentile"), 1.0)],
+    "onnx-qdq": [(Recipe(calibration="percentile", name="percentile"), 1.0),
+                 (Recipe(calibration="median", name="median min/max"), 1.0)],
     # NNCF's quantile estimator is ~5x its min/max pass on PP-OCRv4 (35 s vs 7 s)
     "openvino-ir": [(Recipe(options=(("model_type", "transformer"),), name="transformer (SmoothQuant)"), 1.5),
                     (Recipe(calibration="median", name="median min/max"), 1.2),
                     (Recipe(calibration="percentile", name="percentile"), 5.0),
                     (Recipe(calibration="percentile", options=(("bias_correction", "full"),),
                             name="percentile+full-bias-correction"), 6.0)],
-    "tflite-int8": [(Recipe(calibration="percentile", name="percentile"), 0.3)],
+    "tflite-int8": [(Recipe(calibration="percentile", name="percentile"), 0.3),
+                    (Recipe(calibration="median", name="median min/max"), 0.3)],
 }
 #: Op types never kept float wholesale (they are the int8 model's compute).
 COMPUTE_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Convolution", "GroupConvolution",
