@@ -241,5 +241,5 @@ def test_median_ranges_cut_a_few_samples_outliers():
     stat = finish_stat(acc)
     assert stat_range(stat, "minmax") == (-1.0, 40.0)
     assert stat_range(stat, "median") == (-1.0, 1.0)
-    lo, hi = stat_range(stat, "percentile")
-    assert -1.0 < lo and hi < 40.0
+    lo, hi = stat_range(stat, "percentile")  # per-sample extremes averaged: the spike still pulls it
+    assert lo == -1.0 and 1.0 < hi < 40.0
