@@ -200,7 +200,8 @@ def test_a_single_layer_leaves_room_for_the_head():
 
 def test_openvino_head_is_every_scales_last_convolutions(tmp_path):
     """A two-scale detector built by code: both score convolutions come first (each feeds an
-    output through reshape and concat alone), then the convolutions one compute op further."""
+    output through reshape and concat alone), then the convolutions one compute op further, in
+    OpenVINO and in ONNX alike."""
     import onnx
     import openvino as ov
     from onnx import TensorProto, helper, numpy_helper
@@ -221,8 +222,15 @@ def test_openvino_head_is_every_scales_last_convolutions(tmp_path):
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 160])], [w for _, w in made] + [shape])
     path = tmp_path / "det.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    head = [name for name, _, _ in head_layers(ov.Core().read_model(str(path)))]
-    assert len(head) == 5 and set(head[:2]) == {"score_a", "score_b"} and set(head[2:4]) == {"c2", "c3"} and head[4] == "c1"
+    from edge_sdk.converters.graph import from_onnx_file
+
+    for graph in (ov.Core().read_model(str(path)), from_onnx_file(path)):
+        compute = [name for name, _, _, is_compute in head_layers(graph) if is_compute]
+        assert compute[4:] == ["c1"] and set(compute[:2]) == {"score_a", "score_b"} and set(compute[2:4]) == {"c2", "c3"}
+    # ONNX (and TFLite): the ops between the last convolutions and the output come along, so that
+    # keeping the head float leaves the packed output unquantized
+    chain = [name for name, _, _, is_compute in head_layers(from_onnx_file(path)) if not is_compute]
+    assert set(chain) == {"ra", "rb", "cat"}
 
 
 def test_median_ranges_cut_a_few_samples_outliers():

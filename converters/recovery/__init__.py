@@ -3,9 +3,9 @@
 When a format's baseline candidate fails its gate (``--recover``, default ``mixed``):
 
 1. **calibration**: the alternatives its toolchain offers (ONNX Runtime percentile;
-   NNCF's transformer mode (SmoothQuant, where there is attention), median of per-sample ranges,
-   quantile estimator and full bias correction; the TFLite route's percentile ranges; on every
-   format the median over samples of each sample's min and max), in
+   NNCF's transformer mode (SmoothQuant, where there is attention), quantile estimator and full
+   bias correction; the TFLite route's percentile ranges; on every format the median over samples
+   of each sample's min and max), in
    order, stopping at the first that passes. Calibration statistics are computed once per method.
 2. **mixed precision** (``mixed`` only): the sensitivity report ranks the layers of the best
    candidate so far by the error each adds (:mod:`.sensitivity`); the top layers are tried
@@ -210,36 +210,63 @@ def attention_in(graph: Any) -> list[str]:
             or (op.get_type_name() == "MatMul" and not any(const(i) for i in op.inputs()))]
 
 
-def head_layers(model) -> list[tuple[str, str, int]]:
-    """An OpenVINO model's compute ops (convolutions, matmuls) nearest its outputs first:
-    ``(friendly name, type, position)`` ordered by how many compute ops lie between them and an
-    output (0: the op feeds an output through reshapes, concats and activations alone), then
-    last-executed first. A multi-scale detector's score and box convolutions of every scale come
-    first, which "the last N ops executed" would split."""
-    ops = model.get_ordered_ops()
-    index = {op.get_friendly_name(): i for i, op in enumerate(ops)}
-    best: dict[str, int] = {}
+def head_layers(graph: Any) -> list[tuple[str, str, int, bool]]:
+    """The layers nearest a model's outputs, in a :func:`format_graph`: ``(name, op type, position,
+    compute)``. Compute ops (convolutions, matmuls) are ordered by how many compute ops lie between
+    them and an output (0: the op feeds an output through reshapes, concats and activations
+    alone), then last-executed first; a multi-scale detector's score and box convolutions of every
+    scale come first, which "the last N ops executed" would split. For ONNX and TFLite the ops
+    between those and the outputs come too (``compute`` False): kept float, the outputs are not
+    quantized, as NNCF never quantizes them. A packed output quantized as one tensor spends its
+    int8 steps on its widest part: BlazePose's concatenated score logits span -620..2, a step of
+    2.4 logits at the 0.5 threshold.
+    """
+    from ..graph import GraphView
+
     compute: dict[str, tuple[int, str]] = {}
-    frontier = [(r, 0) for r in model.get_results()]
+    chain: dict[str, str] = {}
+    best: dict[str, int] = {}
+    index: dict[str, int] = {}
+    if isinstance(graph, GraphView):
+        index = {n.name: i for i, n in enumerate(graph.nodes)}
+        frontier = [(graph.producer(t), 0) for t in graph.outputs]
+
+        def inputs(node):
+            return [(graph.producer(t), node) for t in node.inputs if t not in graph.constants]
+
+        def describe(node):
+            return node.name, node.native
+    else:
+        index = {op.get_friendly_name(): i for i, op in enumerate(graph.get_ordered_ops())}
+        frontier = [(port.get_source_output().get_node(), 0) for r in graph.get_results() for port in r.inputs()]
+
+        def inputs(node):
+            return [(port.get_source_output().get_node(), node) for port in node.inputs()]
+
+        def describe(node):
+            return node.get_friendly_name(), node.get_type_name()
     while frontier:
-        op, depth = frontier.pop()
-        for port in op.inputs():
-            src = port.get_source_output().get_node()
-            kind, name = src.get_type_name(), src.get_friendly_name()
-            if kind == "Constant":
-                continue
-            if kind in COMPUTE_OPS:
-                if name not in compute or depth < compute[name][0]:
-                    compute[name] = (depth, kind)
-                nxt = depth + 1
-            else:
-                nxt = depth
-            if best.get(name, 1 << 30) <= nxt:
-                continue
-            best[name] = nxt
-            frontier.append((src, nxt))
+        node, depth = frontier.pop()
+        if node is None:
+            continue
+        name, kind = describe(node)
+        if kind in ("Constant", "Parameter"):
+            continue
+        if kind in COMPUTE_OPS:
+            if name not in compute or depth < compute[name][0]:
+                compute[name] = (depth, kind)
+            nxt = depth + 1
+        else:
+            if depth == 0 and isinstance(graph, GraphView):
+                chain[name] = kind
+            nxt = depth
+        if best.get(name, 1 << 30) <= nxt:
+            continue
+        best[name] = nxt
+        frontier.extend((src, nxt) for src, _ in inputs(node))
     order = sorted(compute, key=lambda n: (compute[n][0], -index.get(n, 0)))
-    return [(n, compute[n][1], index.get(n, 0)) for n in order]
+    return ([(n, chain[n], index.get(n, 0), False) for n in sorted(chain, key=lambda n: -index.get(n, 0))]
+            + [(n, compute[n][1], index.get(n, 0), True) for n in order])
 
 
 def _transformer(loop: "Loop") -> bool:
@@ -527,21 +554,25 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
                 best = cand
     # The head: the last layers before the outputs decide argmaxes and thresholds (a classifier's
     # logits over thousands of classes, a detector's score concat) even where their noise is small.
-    tail = sorted(ranking, key=lambda e: -e.index)
-    if fmt == "openvino-ir":
-        # NNCF's int8 IR ranks only the ops it quantizes at their outputs (a detector's last convs
-        # feed a float Concat and are not among them): its head comes from the graph itself.
-        try:
-            tail = [LayerError(name, op, -1.0, 0.0, i) for name, op, i in head_layers(loop.graph())] or tail
-        except Exception as exc:  # noqa: BLE001 - a search step, never a conversion failure
-            ctx.say(f"{fmt}: head not located ({exc})")
+    # The head comes from the graph: NNCF's IR ranks only the ops it quantizes at their outputs (a
+    # detector's last convs feed a float Concat and are not among them), and on every format the
+    # ranking's last entries by position can all sit on one output's path.
+    tail, chain = sorted(ranking, key=lambda e: -e.index), []
+    try:
+        head = head_layers(loop.graph())
+        if any(c for *_, c in head):
+            tail = [LayerError(n, op, -1.0, 0.0, i) for n, op, i, c in head if c]
+            chain = [LayerError(n, op, -1.0, 0.0, i) for n, op, i, c in head if not c]
+    except Exception as exc:  # noqa: BLE001 - a search step, never a conversion failure
+        ctx.say(f"{fmt}: head not located ({exc})")
     order = sorted(ranking[:GAIN_TOP], key=lambda e: -(e.gain or 0)) + ranking[GAIN_TOP:]
     # Then the fewest top layers that pass. A model whose noise no number of single layers removes
     # (spread over a transformer's norms and residuals) spends one candidate per search, not ten,
     # and reaches the op types below within its budget.
-    for layers, counts, label in ((tail, TAIL_STEPS, "float head({})"), (order, MIXED_STEPS, "mixed({})")):
-        passing, tried, finished = _fewest(loop, [k for k in counts if k <= len(layers)],
-                                           lambda k, layers=layers, label=label: with_float(layers[:k], label.format(k)))
+    for layers, extra, counts, label in ((tail, chain, TAIL_STEPS, "float head({})"), (order, [], MIXED_STEPS, "mixed({})")):
+        passing, tried, finished = _fewest(
+            loop, [k for k in counts if k <= len(layers)],
+            lambda k, layers=layers, extra=extra, label=label: with_float(layers[:k] + extra, label.format(k)))
         best = max([best, *tried], key=lambda c: c.score)
         if passing is not None:
             if not finished:

@@ -262,3 +262,68 @@ def mel_windows(n: int, seed: int = 0, frames: int = 76) -> np.ndarray:
         start = int(rng.integers(0, mel.shape[0] - frames))
         out[i, :, :, 0] = mel[start:start + frames]
     return out
+
+
+# ----------------------------------------------------------------------------- the wider set (wider.py)
+def scene_crops(n: int, size: int, seed: int = 0, face_share: tuple[float, float] = (0.35, 0.8),
+                negatives: float = 0.3, pm1: bool = True) -> np.ndarray:
+    """Detector input: square crops of the astronaut photo holding her face at ``face_share`` of
+    the crop side (shifted, scaled, lit, mirrored), and a ``negatives`` share of crops of other
+    photos (a cat, coffee, a rocket, a motorcycle).
+
+    Returns:
+        ``[n, size, size, 3]`` float32 in [-1, 1] (MediaPipe's face and pose detectors), or [0, 1].
+    """
+    Image, _, _, _ = _pil()
+    rng = np.random.default_rng(seed)
+    ast = Image.open(fetch("astronaut.png")).convert("RGB")
+    others = [Image.open(fetch(name)).convert("RGB") for name in ("chelsea.png", "coffee.png", "rocket.jpg", "motorcycle_left.png")]
+    x0, y0, x1, y1 = ASTRONAUT_FACE
+    side = max(x1 - x0, y1 - y0)
+    out = np.empty((n, size, size, 3), np.float32)
+    for i in range(n):
+        if rng.random() < negatives:
+            im = others[int(rng.integers(len(others)))]
+            s = rng.uniform(0.3, 1.0) * min(im.size)
+            cx, cy = rng.uniform(s / 2, im.size[0] - s / 2), rng.uniform(s / 2, im.size[1] - s / 2)
+        else:
+            im = ast
+            s = side / rng.uniform(*face_share)
+            cx = (x0 + x1) / 2 + rng.uniform(-0.3, 0.3) * (s - side)
+            cy = (y0 + y1) / 2 + rng.uniform(-0.1, 0.5) * (s - side)
+        box = tuple(int(round(v)) for v in (cx - s / 2, cy - s / 2, cx + s / 2, cy + s / 2))
+        arr = np.asarray(im.crop(box).resize((size, size), Image.BILINEAR), np.float32) / 255.0 * rng.uniform(0.75, 1.15)
+        if rng.random() < 0.5:
+            arr = arr[:, ::-1]
+        arr = np.clip(arr, 0.0, 1.0)
+        out[i] = arr * 2 - 1 if pm1 else arr
+    return out
+
+
+def direction_lines(n: int, seed: int = 0, width: int = 192) -> tuple[np.ndarray, np.ndarray]:
+    """PP-OCR text-direction classifier input: rendered lines, about half turned by 180 degrees.
+
+    Returns:
+        (``[n, 3, 48, width]`` in [-1, 1], whether each line is turned: the class the model should say).
+    """
+    x, _ = text_lines(n, width=width, seed=seed)
+    turned = np.random.default_rng(seed + 7).random(n) < 0.5
+    x[turned] = x[turned][:, :, ::-1, ::-1]
+    return x, turned
+
+
+def wake_features(n: int, seed: int = 0) -> np.ndarray:
+    """openWakeWord classifier input: ``[n, 16, 96]``, 16 consecutive speech embeddings of
+    speech-like audio, made by openWakeWord's own float melspectrogram and embedding models with
+    its window (76 mel frames, hop 8)."""
+    import onnxruntime as ort
+
+    mel = ort.InferenceSession(str(fetch("melspectrogram.onnx")), providers=["CPUExecutionProvider"])
+    emb = ort.InferenceSession(str(fetch("embedding_model.onnx")), providers=["CPUExecutionProvider"])
+    audio = speechlike_audio(3.0 + n * 0.2, seed=seed)
+    frames = mel.run(None, {"input": audio[None]})[0].squeeze() / 10.0 + 2.0
+    windows = [frames[s:s + 76] for s in range(0, frames.shape[0] - 76, 8)]
+    e = np.concatenate([emb.run(None, {"input_1": w[None, :, :, None].astype(np.float32)})[0].reshape(1, 96) for w in windows])
+    rng = np.random.default_rng(seed)
+    starts = rng.integers(0, len(e) - 16, n)
+    return np.stack([e[s:s + 16] for s in starts]).astype(np.float32)

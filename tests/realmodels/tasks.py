@@ -226,3 +226,46 @@ def mel_task(embedding_onnx) -> Callable[[list[dict], list[dict]], TaskResult]:
         res.summary = "through the float embedding model: " + res.summary
         return res
     return check
+
+
+# ----------------------------------------------------------------------------- the wider set (wider.py)
+def ssd_task(boxes: str, scores: str, size: int, strides=None, grid: int | None = None):
+    """Detections of a MediaPipe SSD detector (anchors from ``strides``, or one anchor per cell of a
+    ``grid`` x ``grid`` map), float against int8 (:func:`detection_check`)."""
+    if grid:
+        centres = (np.arange(grid) + 0.5) / grid
+        xs, ys = np.meshgrid(centres, centres)
+        anchors = np.stack([xs.ravel(), ys.ravel()], 1)
+    else:
+        anchors = ssd_anchors(size, strides)
+
+    def task(ref_outs: list[dict], test_outs: list[dict]) -> TaskResult:
+        dec = lambda o: decode_ssd(o[boxes], o[scores], anchors, size)  # noqa: E731
+        return detection_check([dec(o) for o in ref_outs], [dec(o) for o in test_outs])
+    return task
+
+
+def direction_task(truth: np.ndarray) -> Callable[[list[dict], list[dict]], TaskResult]:
+    """The text-direction classifier: agreement with float (>= 95%) and accuracy against the truth
+    (at most 5 points below float's)."""
+    def task(ref_outs: list[dict], test_outs: list[dict]) -> TaskResult:
+        key = next(iter(ref_outs[0]))
+        ref = np.array([np.asarray(o[key]).argmax() for o in ref_outs])
+        test = np.array([np.asarray(o[key]).argmax() for o in test_outs])
+        acc_f, acc_q, agree = float(np.mean(ref == truth)), float(np.mean(test == truth)), float(np.mean(ref == test))
+        return TaskResult(agree >= 0.95 and acc_q >= acc_f - 0.05,
+                          f"accuracy {acc_q:.0%} (float {acc_f:.0%}), agreement with float {agree:.0%}",
+                          {"accuracy": acc_q, "accuracy_float": acc_f, "agreement": agree},
+                          min(_margin(agree, 0.95), _margin(acc_q, max(acc_f - 0.05, 1e-9))))
+    return task
+
+
+def wake_task(ref_outs: list[dict], test_outs: list[dict]) -> TaskResult:
+    """A wake-word score: decisions at 0.5 agree (>= 95%) and the score moves by at most 0.05 on average."""
+    key = next(iter(ref_outs[0]))
+    ref = np.array([float(np.asarray(o[key]).ravel()[0]) for o in ref_outs])
+    test = np.array([float(np.asarray(o[key]).ravel()[0]) for o in test_outs])
+    err, agree = float(np.mean(np.abs(ref - test))), float(np.mean((ref >= 0.5) == (test >= 0.5)))
+    return TaskResult(err <= 0.05 and agree >= 0.95,
+                      f"score error {err:.4f}, decisions agree {agree:.0%} (float's highest score {ref.max():.3f})",
+                      {"score_error": err, "agreement": agree}, min(_margin(err, 0.05, higher=False), _margin(agree, 0.95)))

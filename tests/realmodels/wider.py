@@ -1,0 +1,80 @@
+"""The wider set: the practice wheels' other detectors and classifiers, converted for every profile
+with default recovery and judged like the practice set (gate against the model's own task).
+
+The practice set is what the issues name; these are models of the same kinds that no issue named
+and that recovery was not tuned on: BlazeFace short and full range (sparse weights), BlazePose's
+detector, BlazePalm full, PP-OCR's text-direction classifier and openWakeWord's two-stage
+``hey_jarvis`` classifier (an ``If`` over a verifier head), as ONNX and as float TFLite.
+
+``python tests/realmodels/wider.py --write-docs`` regenerates ``docs/accuracy-wider.md``;
+``tests/realmodels/test_wider.py`` runs the same conversions once per test session.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import data as D  # noqa: E402
+import matrix as M  # noqa: E402
+import tasks as T  # noqa: E402
+
+CASES = [
+    M.Case("face_detection_short_range", "face_detection_short_range.tflite", "input",
+           lambda n, s: D.scene_crops(n, 128, s, (0.35, 0.8)),
+           lambda: T.ssd_task("regressors", "classificators", 128, (8, 16, 16, 16)),
+           "BlazeFace short range (float TFLite), raw logits + boxes/keypoints; crops of a photo with a face, "
+           "and of photos without one"),
+    M.Case("face_detection_full_range_sparse", "face_detection_full_range_sparse.tflite", "input_1",
+           lambda n, s: D.scene_crops(n, 192, s, (0.1, 0.5)),
+           lambda: T.ssd_task("Identity", "Identity_1", 192, grid=48),
+           "BlazeFace full range: sparse (DENSIFY) and fp16 weights, one anchor per cell of a 48x48 map"),
+    M.Case("pose_detection", "pose_detection.tflite", "input_1", lambda n, s: D.scene_crops(n, 224, s, (0.15, 0.45)),
+           lambda: T.ssd_task("Identity", "Identity_1", 224, (8, 16, 32, 32, 32)),
+           "BlazePose detector: DepthToSpace in its heads, 2254 anchors"),
+    M.Case("palm_detection_full", "palm_detection_full.tflite", "input_1", lambda n, s: D.hand_images(n, seed=s),
+           lambda: T.ssd_task("Identity", "Identity_1", 192, (8, 16, 16, 16)),
+           "BlazePalm full; drawn hands (held back at random: few positives)"),
+    M.Case("ppocr_direction_cls", "ch_ppocr_mobile_v2.0_cls_infer.onnx", "x", lambda n, s: D.direction_lines(n, s)[0],
+           lambda: T.direction_task(D.direction_lines(40, 2)[1]),
+           "PP-OCR text-direction classifier (MobileNetV3, hard-swish), 2 classes; rendered lines, half turned "
+           "by 180 degrees, read against the truth", convert_args={"input_shapes": ["x:1,3,48,192"]}),
+    M.Case("hey_jarvis", "hey_jarvis_v0.1.onnx", "x.1", D.wake_features, lambda: T.wake_task,
+           "openWakeWord hey_jarvis: a score, then If(score >= 0.5) a verifier head; embeddings of speech-like "
+           "audio (no wake word: the verifier branch is never taken)"),
+    M.Case("hey_jarvis_tflite", "hey_jarvis_v0.1.tflite", "serving_default_x.1:0", D.wake_features,
+           lambda: T.wake_task, "the same classifier as its float TFLite (an IF op)"),
+]
+
+TITLE = "Accuracy beyond the practice set: the wheels' other detectors and classifiers"
+COMMAND = "python tests/realmodels/wider.py --write-docs"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--root", default=str(Path.home() / ".cache" / "edge-sdk-practice" / "wider"))
+    ap.add_argument("--case", action="append")
+    ap.add_argument("--write-docs", action="store_true")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    results = []
+    for case in CASES:
+        if args.case and case.name not in args.case:
+            continue
+        res = M.run_case(case, Path(args.root))
+        results.append(res)
+        for r in res["rows"]:
+            print(json.dumps({k: r.get(k) for k in ("model", "profile", "format", "status", "gate_passed", "task_passed", "task")}))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1, default=str))
+    if args.write_docs:
+        (HERE.parents[1] / "docs" / "accuracy-wider.md").write_text(M.markdown(results, TITLE, COMMAND))
+
+
+if __name__ == "__main__":
+    main()
