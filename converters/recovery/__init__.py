@@ -10,9 +10,9 @@ When a format's baseline candidate fails its gate (``--recover``, default ``mixe
 2. **mixed precision** (``mixed`` only): the sensitivity report ranks the layers of the best
    candidate so far by the error each adds (:mod:`.sensitivity`); the top layers are tried
    float one at a time (their *gain* recorded), then a transformer's attention (softmax and
-   activation x activation matmuls, :func:`attention_in`) float together, then the fewest last
-   layers (the head) and the fewest top layers together that pass (each a bisection, the largest
-   count first).
+   activation x activation matmuls, :func:`attention_in`) float together, then the fewest layers
+   of the head (:func:`head_layers`) and the fewest top layers together that pass (each a
+   bisection, the largest count first).
    The target is respected: on the Edge TPU a float layer ends what the compiler maps, so only
    layers in the graph's tail are candidates and the mapped share is reported; on TensorRT a
    float layer is a precision constraint (recorded for the engine build). Last, the op types
@@ -481,6 +481,7 @@ def _fewest(loop: Loop, counts: list[int], make) -> tuple[Candidate | None, list
 
 def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> Candidate:
     fmt = loop.fmt
+    start = best  # the best calibration: each search below keeps its own layers float on top of it
     if not loop.fits():  # the ranking runs both models with every tensor exposed: about a candidate's time
         rec.stopped = "time budget"
         return best
@@ -592,14 +593,21 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
         totals[e.op] = totals.get(e.op, 0.0) + e.added
     # ...but never the compute ops themselves: an "int8" model with every convolution float is not one.
     types = [t for t in sorted(totals, key=lambda t: -totals[t]) if t not in COMPUTE_OPS]
+    if fmt == "onnx-qdq":  # a type ONNX Runtime does not quantize is float already: a candidate spent for nothing
+        from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+
+        types = [t for t in types if t in QDQRegistry or t in QLinearOpsRegistry]
+    # On top of the best calibration alone, not of the layers the searches above kept float: more
+    # float layers are not always better (BlazePalm on jetson-orin: Add float passed; Add float
+    # with the head float failed).
     for k in TYPE_STEPS:
         if k > len(types) or not loop.fits():
             break
         chosen = tuple(types[:k])
-        why = dict(best.recipe.why)
+        why = dict(start.recipe.why)
         why.update({t: f"sensitivity: {t} layers gather {totals[t]:.2f} of int8 noise" for t in chosen})
-        cand = loop.make(Recipe(calibration=best.recipe.calibration, options=best.recipe.options,
-                                float_nodes=best.recipe.float_nodes, float_ops=tuple(dict.fromkeys([*best.recipe.float_ops, *chosen])),
+        cand = loop.make(Recipe(calibration=start.recipe.calibration, options=start.recipe.options,
+                                float_nodes=start.recipe.float_nodes, float_ops=tuple(dict.fromkeys([*start.recipe.float_ops, *chosen])),
                                 name=f"float op types({', '.join(chosen)})", why=tuple(why.items())))
         if cand is not None and cand.passed:
             return cand
