@@ -481,7 +481,6 @@ def _fewest(loop: Loop, counts: list[int], make) -> tuple[Candidate | None, list
 
 def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> Candidate:
     fmt = loop.fmt
-    start = best  # the best calibration: each search below keeps its own layers float on top of it
     if not loop.fits():  # the ranking runs both models with every tensor exposed: about a candidate's time
         rec.stopped = "time budget"
         return best
@@ -597,17 +596,17 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
         from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
         types = [t for t in types if t in QDQRegistry or t in QLinearOpsRegistry]
-    # On top of the best calibration alone, not of the layers the searches above kept float: more
-    # float layers are not always better (BlazePalm on jetson-orin: Add float passed; Add float
-    # with the head float failed).
+    # On top of the best candidate so far (its layers stay float too). Tried on the best calibration
+    # alone instead, the openWakeWord melspectrogram's OpenVINO candidate no longer passed (with the
+    # layers: Power float passed) and BlazePalm's jetson-orin one did not either way.
     for k in TYPE_STEPS:
         if k > len(types) or not loop.fits():
             break
         chosen = tuple(types[:k])
-        why = dict(start.recipe.why)
+        why = dict(best.recipe.why)
         why.update({t: f"sensitivity: {t} layers gather {totals[t]:.2f} of int8 noise" for t in chosen})
-        cand = loop.make(Recipe(calibration=start.recipe.calibration, options=start.recipe.options,
-                                float_nodes=start.recipe.float_nodes, float_ops=tuple(dict.fromkeys([*start.recipe.float_ops, *chosen])),
+        cand = loop.make(Recipe(calibration=best.recipe.calibration, options=best.recipe.options,
+                                float_nodes=best.recipe.float_nodes, float_ops=tuple(dict.fromkeys([*best.recipe.float_ops, *chosen])),
                                 name=f"float op types({', '.join(chosen)})", why=tuple(why.items())))
         if cand is not None and cand.passed:
             return cand
