@@ -23,7 +23,7 @@ from edge_sdk.manifest import TensorSpec
 
 from .base import ConvertJob, FormatResult
 from .targets import TENSORRT_OPTIONS
-from .tflite_native import RANGE_METHODS, stat_range
+from .tflite_native import RANGE_METHODS, RangeStats
 
 MODEL_FILE = "model.onnx"
 #: Lowest opset for per-channel QDQ (DequantizeLinear ``axis``).
@@ -167,9 +167,9 @@ def _prepped(job: ConvertJob) -> tuple[Path, int, int]:
     return job.cache["qdq_prepped"]
 
 
-def _activation_stats(job: ConvertJob, prepped: Path) -> dict[str, tuple[float, ...]]:
-    """Per activation tensor: :func:`~.tflite_native.finish_stat`'s figures, from one pass of the
-    pre-processed model over the calibration feeds (shared by minmax, percentile and median)."""
+def _activation_stats(job: ConvertJob, prepped: Path) -> dict[str, dict[str, tuple[float, float]]]:
+    """Per activation tensor, its range for each method (:meth:`~.tflite_native.RangeStats.ranges`),
+    from one pass of the pre-processed model over the calibration feeds."""
     if "qdq_stats" in job.cache:
         return job.cache["qdq_stats"]
     onnx = require("onnx", "int8 ONNX conversion")
@@ -177,8 +177,6 @@ def _activation_stats(job: ConvertJob, prepped: Path) -> dict[str, tuple[float, 
     from onnx import TensorProto, helper
     from onnxruntime.quantization.quant_utils import load_model_with_shape_infer
     from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
-
-    from .tflite_native import _update, finish_stat, new_stat
 
     model = load_model_with_shape_infer(Path(prepped))
     ops = set(QLinearOpsRegistry) | set(QDQRegistry)
@@ -193,15 +191,15 @@ def _activation_stats(job: ConvertJob, prepped: Path) -> dict[str, tuple[float, 
     job.log(f"activation statistics ({len(names)} tensors, {len(job.calib)} samples)")
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     outs = [o.name for o in sess.get_outputs()]
-    acc = {t: new_stat() for t in names}
+    acc = {t: RangeStats() for t in names}
     for feed in job.calib:
         values = dict(zip(outs, sess.run(None, feed)))
         values.update({k: v for k, v in feed.items() if k in acc})
         for t in names:
             v = values.get(t)
             if v is not None and np.size(v):
-                _update(acc[t], np.asarray(v, np.float64))
-    job.cache["qdq_stats"] = {t: finish_stat(a) for t, a in acc.items() if a[4]}
+                acc[t].add(np.asarray(v, np.float64))
+    job.cache["qdq_stats"] = {t: a.ranges() for t, a in acc.items() if a.mins}
     return job.cache["qdq_stats"]
 
 
@@ -218,9 +216,8 @@ def _ranges(job: ConvertJob, prepped: Path, method: str):
     if method in RANGE_METHODS:
         stats = _activation_stats(job, prepped)
         job.cache[key] = TensorsData(q.CalibrationMethod.MinMax, {
-            t: TensorData(lowest=np.array(stat_range(s, method)[0], np.float32),
-                          highest=np.array(stat_range(s, method)[1], np.float32))
-            for t, s in stats.items()})
+            t: TensorData(lowest=np.array(r[method][0], np.float32), highest=np.array(r[method][1], np.float32))
+            for t, r in stats.items()})
         return job.cache[key]
     ops = list(set(QLinearOpsRegistry) | set(QDQRegistry))
     job.log(f"calibrating activation ranges ({method}, {len(job.calib)} samples)")
@@ -258,8 +255,8 @@ def convert(job: ConvertJob) -> FormatResult:
     recipe = job.recipe
     per_channel = spec.weights == "per-channel"
     method = recipe.method(job.profile)
-    if method not in ("minmax", "percentile", "entropy", "median"):
-        raise ConversionError(f"Calibration method '{method}' is not one ONNX Runtime offers (minmax, percentile, entropy, median).")
+    if method not in (*RANGE_METHODS, "entropy"):
+        raise ConversionError(f"Calibration method '{method}' is not one ONNX Runtime offers ({', '.join(RANGE_METHODS)}, entropy).")
     prepped, opset_from, opset_to = _prepped(job)
     types = {"int8": q.QuantType.QInt8, "uint8": q.QuantType.QUInt8}
     out = job.workdir / MODEL_FILE

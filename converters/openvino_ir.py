@@ -10,7 +10,6 @@ A ``validation_fn`` in ``job.options`` switches to NNCF's accuracy-controlled qu
 from __future__ import annotations
 
 import re
-
 from pathlib import Path
 
 
@@ -35,7 +34,7 @@ def _read(job: ConvertJob):
     # gave a wrong int8 IR for the second profile of a run in our tests (gate cosine 0.17, cause
     # not isolated), while the ONNX form is exact.
     src = {"keras": job.onnx, "tflite": job.float_tflite}.get(job.source.format, lambda: job.source.path)()
-    if job.source.format == "onnx" and _has_if(job.source.path):
+    if job.source.format == "onnx" and _has_if(job):
         src = job.onnx()  # its If nodes made readable (sources.self_contained_branches)
     try:
         # ONNX (and TFLite) files go through Core.read_model, the frontend alone; convert_model adds
@@ -84,20 +83,22 @@ def stable_names(model, counters: bool = False) -> int:
     return renamed
 
 
-def _has_if(path) -> bool:
-    """Whether an ONNX file has ``If`` nodes in its main graph."""
-    import onnx
+def _has_if(job: ConvertJob) -> bool:
+    """Whether the ONNX source has ``If`` nodes in its main graph (read once per job cache: every
+    recovery candidate reads the model)."""
+    if "source_has_if" not in job.cache:
+        import onnx
 
-    try:
-        return any(n.op_type == "If" for n in onnx.load(str(path), load_external_data=False).graph.node)
-    except Exception:  # noqa: BLE001 - OpenVINO reports an unreadable file itself
-        return False
+        try:
+            graph = onnx.load(str(job.source.path), load_external_data=False).graph
+            job.cache["source_has_if"] = any(n.op_type == "If" for n in graph.node)
+        except Exception:  # noqa: BLE001 - OpenVINO reports an unreadable file itself
+            job.cache["source_has_if"] = False
+    return job.cache["source_has_if"]
 
 
 def _frontend_error(ov, job: ConvertJob, exc: BaseException) -> ConversionError:
     """OpenVINO's failure in one line: the op it has no translator for, and who can run the model instead."""
-    import re
-
     text = str(exc)
     missing = re.findall(r"No (?:translator|conversion rule) found for (\S+?)(?: node)?\.", text)
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith(("Exception from", "Check "))]
@@ -155,8 +156,8 @@ def convert(job: ConvertJob) -> FormatResult:
     from nncf.quantization.range_estimator import RangeEstimatorParametersSet
 
     # "median" (recovery only): the median over samples of each sample's min and max - outliers of a
-    # few samples cut at min/max cost (BlazeFace full range: score error 0.26 -> 0.09; the quantile
-    # estimator got 0.095 at three times the time).
+    # few samples cut at min/max cost. BlazeFace full range (docs/accuracy-wider.md): gate score
+    # error 0.21 -> 0.09; the quantile estimator reached 0.105 and quantized in 16.7 s against 4.9 s.
     estimators = {"minmax": RangeEstimatorParametersSet.MINMAX, "percentile": RangeEstimatorParametersSet.MEAN_QUANTILE,
                   "entropy": RangeEstimatorParametersSet.HISTOGRAM, "median": RangeEstimatorParametersSet.MEDIAN_MINMAX}
     recipe = job.recipe

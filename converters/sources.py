@@ -398,8 +398,10 @@ def self_contained_branches(model) -> int:
     t)``: OpenVINO refused the ``[1, 1]`` condition, and onnx2tf lost the branch's outer weights
     (``KeyError: 'verifier_model.1.weight'``).
 
+    Idempotent: the TFLite route's onnx2tf copy of an already static ONNX form runs it again.
+
     Returns:
-        How many ``If`` nodes were changed.
+        How many changes were made (conditions made scalar, initializers copied into branches).
     """
     from onnx import helper, numpy_helper
 
@@ -419,12 +421,16 @@ def self_contained_branches(model) -> int:
                     sub.initializer.append(inits[name])
                     moved.add(name)
                     changed += 1
-        shape = numpy_helper.from_array(np.zeros(0, np.int64), f"{node.name}/cond_scalar_shape")
+        # Named after the If's first output (unique in a valid graph, where node names may be
+        # empty); a condition made scalar on an earlier pass is left as it is.
+        tag = f"{node.output[0]}/cond_scalar"
+        if node.input[0] == tag:
+            continue
+        shape = numpy_helper.from_array(np.zeros(0, np.int64), f"{tag}_shape")
         graph.initializer.append(shape)
-        scalar = f"{node.input[0]}/scalar"
         graph.node.insert(list(graph.node).index(node),
-                          helper.make_node("Reshape", [node.input[0], shape.name], [scalar], name=f"{node.name}/cond_scalar"))
-        node.input[0] = scalar
+                          helper.make_node("Reshape", [node.input[0], shape.name], [tag], name=tag))
+        node.input[0] = tag
         changed += 1
     # The copies' originals, when the main graph itself does not read them (ONNX Runtime warns
     # about every unused initializer it removes).

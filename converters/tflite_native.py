@@ -263,9 +263,9 @@ def static_shapes(model: bytes, input_shapes: dict[str, list[int]]) -> bytes:
 PERCENTILE_TAIL = 1e-4
 
 
-def calibrate(model: bytes, feeds: Iterable) -> dict[int, tuple[float, ...]]:
-    """Statistics of every float activation over ``feeds``: ``{tensor: (min, max, q_lo, q_hi, median
-    min, median max)}`` (:func:`finish_stat`; :func:`stat_range` picks a method's pair). The model runs
+def calibrate(model: bytes, feeds: Iterable) -> dict[int, dict[str, tuple[float, float]]]:
+    """Ranges of every float activation over ``feeds``: ``{tensor: {method: (low, high)}}``
+    (:meth:`RangeStats.ranges`). The model runs
     in LiteRT with its default delegate (XNNPACK implements MediaPipe's custom ops), with every
     float activation made a model output so that each one is really computed.
 
@@ -289,7 +289,7 @@ def calibrate(model: bytes, feeds: Iterable) -> dict[int, tuple[float, ...]]:
     _, probe = _load(model)
     probe.subgraphs[0].outputs = sorted(set(int(o) for o in probe.subgraphs[0].outputs) | (set(floats) - model_inputs))
     probe.signatureDefs = []
-    acc: dict[int, list] = {i: new_stat() for i in floats}
+    acc = {i: RangeStats() for i in floats}
     try:
         it = Interpreter(model_content=_pack(probe, len(model)))
         it.allocate_tensors()
@@ -307,12 +307,12 @@ def calibrate(model: bytes, feeds: Iterable) -> dict[int, tuple[float, ...]]:
             for i in outputs + [i for i in fed if i in acc]:
                 a = it.get_tensor(i)
                 if a.size:
-                    _update(acc[i], a)
+                    acc[i].add(a)
     except KeyError as exc:
         raise ConversionError(f"Calibration feed names input {exc}, which the TFLite model does not have.") from None
     except Exception as exc:  # noqa: BLE001 - LiteRT raises RuntimeError/ValueError
         raise ConversionError(f"LiteRT could not run the float TFLite model for calibration: {str(exc)[:300]}") from None
-    return {i: finish_stat(v) for i, v in acc.items() if v[4] and np.isfinite(v[0])}
+    return {i: v.ranges() for i, v in acc.items() if v.mins and np.isfinite(v.lo)}
 
 
 #: Range methods the statistics below serve: global min/max; per-sample ``PERCENTILE_TAIL``
@@ -321,50 +321,48 @@ def calibrate(model: bytes, feeds: Iterable) -> dict[int, tuple[float, ...]]:
 RANGE_METHODS = ("minmax", "percentile", "median")
 
 
-def new_stat() -> list:
-    """An empty statistics accumulator for :func:`_update`."""
-    return [np.inf, -np.inf, 0.0, 0.0, 0, [], []]
+class RangeStats:
+    """One activation tensor's statistics over the calibration samples, for every range method
+    (:data:`RANGE_METHODS`) from one pass. Shared by the TFLite route and ONNX QDQ."""
+
+    def __init__(self) -> None:
+        self.lo, self.hi = np.inf, -np.inf
+        self.q_lo = self.q_hi = 0.0  # sums over samples of each sample's PERCENTILE_TAIL quantiles
+        self.mins: list[float] = []
+        self.maxs: list[float] = []
+
+    def add(self, a: np.ndarray) -> None:
+        """Account for one sample's values of the tensor."""
+        flat = a.reshape(-1)
+        lo, hi = float(flat.min()), float(flat.max())
+        self.lo, self.hi = min(self.lo, lo), max(self.hi, hi)
+        self.mins.append(lo)
+        self.maxs.append(hi)
+        k = int(PERCENTILE_TAIL * flat.size)
+        if k >= 1:
+            part = np.partition(flat, (k, flat.size - 1 - k))
+            lo, hi = float(part[k]), float(part[flat.size - 1 - k])
+        self.q_lo += lo
+        self.q_hi += hi
+
+    def ranges(self) -> dict[str, tuple[float, float]]:
+        """``{method: (low, high)}`` for every method of :data:`RANGE_METHODS`."""
+        n = len(self.mins)
+        return {"minmax": (self.lo, self.hi), "percentile": (self.q_lo / n, self.q_hi / n),
+                "median": (float(np.median(self.mins)), float(np.median(self.maxs)))}
 
 
-def _update(stat: list, a: np.ndarray) -> None:
-    flat = a.reshape(-1)
-    lo, hi = float(flat.min()), float(flat.max())
-    stat[0] = min(stat[0], lo)
-    stat[1] = max(stat[1], hi)
-    k = int(PERCENTILE_TAIL * flat.size)
-    if k >= 1:
-        part = np.partition(flat, (k, flat.size - 1 - k))
-        stat[2] += float(part[k])
-        stat[3] += float(part[flat.size - 1 - k])
-    else:
-        stat[2] += lo
-        stat[3] += hi
-    stat[4] += 1
-    stat[5].append(lo)
-    stat[6].append(hi)
-
-
-def finish_stat(stat: list) -> tuple[float, ...]:
-    """``(min, max, q_lo, q_hi, median min, median max)`` of an accumulator."""
-    return (stat[0], stat[1], stat[2] / stat[4], stat[3] / stat[4], float(np.median(stat[5])), float(np.median(stat[6])))
-
-
-def stat_range(stat: tuple[float, ...], method: str) -> tuple[float, float]:
-    """The activation range ``method`` takes from :func:`finish_stat`'s tuple."""
-    return {"minmax": (stat[0], stat[1]), "percentile": (stat[2], stat[3]), "median": (stat[4], stat[5])}[method]
-
-
-def apply_stats(model: bytes, stats: dict[int, tuple[float, ...]], method: str) -> bytes:
-    """Write the chosen statistics (one of :data:`RANGE_METHODS`) into the flatbuffer's min/max."""
+def apply_stats(model: bytes, stats: dict[int, dict[str, tuple[float, float]]], method: str) -> bytes:
+    """Write the chosen method's ranges (one of :data:`RANGE_METHODS`) into the flatbuffer's min/max."""
     if method not in RANGE_METHODS:
         raise ConversionError(f"Calibration method '{method}' is not one the TFLite route offers ({', '.join(RANGE_METHODS)}).")
     schema, m = _load(model)
     sg = m.subgraphs[0]
-    for i, stat in stats.items():
+    for i, ranges in stats.items():
         t = sg.tensors[i]
         if t.quantization is None:
             t.quantization = schema.QuantizationParametersT()
-        a, b = stat_range(stat, method)
+        a, b = ranges[method]
         t.quantization.min, t.quantization.max = [a], [b]
     return _pack(m, len(model))
 

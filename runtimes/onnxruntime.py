@@ -89,6 +89,7 @@ class OnnxRuntimeRunner(Runner):
         ort = require("onnxruntime", "running .onnx models")
         cfg = self.config
         provider = cfg.accelerator
+
         def options():
             so = ort.SessionOptions()
             if cfg.num_threads:

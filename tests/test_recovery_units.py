@@ -236,18 +236,18 @@ def test_openvino_head_is_every_scales_last_convolutions(tmp_path):
 def test_median_ranges_cut_a_few_samples_outliers():
     """The median over samples of each sample's min and max: one sample's spike does not set the
     range (minmax), a steady range is kept whole (unlike a per-sample quantile)."""
-    from edge_sdk.converters.tflite_native import _update, finish_stat, new_stat, stat_range
+    from edge_sdk.converters.tflite_native import RangeStats
 
-    acc = new_stat()
+    acc = RangeStats()
     rng = np.random.default_rng(0)
     for i in range(9):
         a = rng.uniform(-1, 1, 1000).astype(np.float32)
         a[0], a[1] = -1.0, 1.0  # every sample spans [-1, 1]
         if i == 4:
             a[2] = 40.0  # one sample's spike
-        _update(acc, a)
-    stat = finish_stat(acc)
-    assert stat_range(stat, "minmax") == (-1.0, 40.0)
-    assert stat_range(stat, "median") == (-1.0, 1.0)
-    lo, hi = stat_range(stat, "percentile")  # per-sample extremes averaged: the spike still pulls it
+        acc.add(a)
+    ranges = acc.ranges()
+    assert ranges["minmax"] == (-1.0, 40.0)
+    assert ranges["median"] == (-1.0, 1.0)
+    lo, hi = ranges["percentile"]  # per-sample extremes averaged: the spike still pulls it
     assert lo == -1.0 and 1.0 < hi < 40.0

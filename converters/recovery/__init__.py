@@ -217,7 +217,7 @@ def head_layers(graph: Any) -> list[tuple[str, str, int, bool]]:
     alone), then last-executed first; a multi-scale detector's score and box convolutions of every
     scale come first, which "the last N ops executed" would split. For ONNX and TFLite the ops
     between those and the outputs come too (``compute`` False): kept float, the outputs are not
-    quantized, as NNCF never quantizes them. A packed output quantized as one tensor spends its
+    quantized, as NNCF leaves them. A packed output quantized as one tensor spends its
     int8 steps on its widest part: BlazePose's concatenated score logits span -620..2, a step of
     2.4 logits at the 0.5 threshold.
     """
@@ -226,13 +226,12 @@ def head_layers(graph: Any) -> list[tuple[str, str, int, bool]]:
     compute: dict[str, tuple[int, str]] = {}
     chain: dict[str, str] = {}
     best: dict[str, int] = {}
-    index: dict[str, int] = {}
     if isinstance(graph, GraphView):
         index = {n.name: i for i, n in enumerate(graph.nodes)}
         frontier = [(graph.producer(t), 0) for t in graph.outputs]
 
         def inputs(node):
-            return [(graph.producer(t), node) for t in node.inputs if t not in graph.constants]
+            return [graph.producer(t) for t in node.inputs if t not in graph.constants]
 
         def describe(node):
             return node.name, node.native
@@ -241,7 +240,7 @@ def head_layers(graph: Any) -> list[tuple[str, str, int, bool]]:
         frontier = [(port.get_source_output().get_node(), 0) for r in graph.get_results() for port in r.inputs()]
 
         def inputs(node):
-            return [(port.get_source_output().get_node(), node) for port in node.inputs()]
+            return [port.get_source_output().get_node() for port in node.inputs()]
 
         def describe(node):
             return node.get_friendly_name(), node.get_type_name()
@@ -263,7 +262,7 @@ def head_layers(graph: Any) -> list[tuple[str, str, int, bool]]:
         if best.get(name, 1 << 30) <= nxt:
             continue
         best[name] = nxt
-        frontier.extend((src, nxt) for src, _ in inputs(node))
+        frontier.extend((src, nxt) for src in inputs(node))
     order = sorted(compute, key=lambda n: (compute[n][0], -index.get(n, 0)))
     return ([(n, chain[n], index.get(n, 0), False) for n in sorted(chain, key=lambda n: -index.get(n, 0))]
             + [(n, compute[n][1], index.get(n, 0), True) for n in order])
@@ -275,7 +274,7 @@ def _transformer(loop: "Loop") -> bool:
     try:
         graph = loop.graph()
         names = set(attention_in(graph))
-        return any(op.startswith("MatMul") or op == "BATCH_MATMUL" for n, op in _graph_names(graph) if n in names)
+        return any(op in ("MatMul", "BATCH_MATMUL") for n, op in _graph_names(graph) if n in names)
     except Exception:  # noqa: BLE001 - when the graph cannot be read, try the step as before
         return True
 
@@ -504,14 +503,13 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
     top = ", ".join(f"{e.name} ({e.op}, +{e.added:.3f})" for e in ranking[:3])
     ctx.say(f"{fmt}: most sensitive layers: {top}")
 
-    def with_float(layers: list[LayerError], label: str) -> Candidate | None:
+    def with_float(layers: list[LayerError], label: str, reason: str | None = None) -> Candidate | None:
         why = dict(best.recipe.why)
         names: list[str] = []
         for e in layers:
             for n in e.float_set or [e.name]:
                 names.append(n)
-                why.setdefault(n, "head: a last compute layer before the outputs" if e.error < 0 else
-                               f"sensitivity: {e.name} adds error {e.added:.3f}"
+                why.setdefault(n, reason or f"sensitivity: {e.name} adds error {e.added:.3f}"
                                + ("" if n == e.name else f" to the tensor {n} reads"))
         return loop.make(Recipe(calibration=best.recipe.calibration, options=best.recipe.options,
                                 float_nodes=tuple(dict.fromkeys([*best.recipe.float_nodes, *names])),
@@ -557,22 +555,25 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
     # The head comes from the graph: NNCF's IR ranks only the ops it quantizes at their outputs (a
     # detector's last convs feed a float Concat and are not among them), and on every format the
     # ranking's last entries by position can all sit on one output's path.
-    tail, chain = sorted(ranking, key=lambda e: -e.index), []
+    tail, chain, head_reason = sorted(ranking, key=lambda e: -e.index), [], None
     try:
         head = head_layers(loop.graph())
         if any(c for *_, c in head):
-            tail = [LayerError(n, op, -1.0, 0.0, i) for n, op, i, c in head if c]
-            chain = [LayerError(n, op, -1.0, 0.0, i) for n, op, i, c in head if not c]
+            tail = [LayerError(n, op, 0.0, 0.0, i) for n, op, i, c in head if c]
+            chain = [LayerError(n, op, 0.0, 0.0, i) for n, op, i, c in head if not c]
+            head_reason = "head: among the layers nearest the outputs"
     except Exception as exc:  # noqa: BLE001 - a search step, never a conversion failure
         ctx.say(f"{fmt}: head not located ({exc})")
     order = sorted(ranking[:GAIN_TOP], key=lambda e: -(e.gain or 0)) + ranking[GAIN_TOP:]
     # Then the fewest top layers that pass. A model whose noise no number of single layers removes
     # (spread over a transformer's norms and residuals) spends one candidate per search, not ten,
     # and reaches the op types below within its budget.
-    for layers, extra, counts, label in ((tail, chain, TAIL_STEPS, "float head({})"), (order, [], MIXED_STEPS, "mixed({})")):
+    for layers, extra, counts, label, reason in ((tail, chain, TAIL_STEPS, "float head({})", head_reason),
+                                                 (order, [], MIXED_STEPS, "mixed({})", None)):
         passing, tried, finished = _fewest(
             loop, [k for k in counts if k <= len(layers)],
-            lambda k, layers=layers, extra=extra, label=label: with_float(layers[:k] + extra, label.format(k)))
+            lambda k, layers=layers, extra=extra, label=label, reason=reason:
+                with_float(layers[:k] + extra, label.format(k), reason))
         best = max([best, *tried], key=lambda c: c.score)
         if passing is not None:
             if not finished:

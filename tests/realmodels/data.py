@@ -245,19 +245,24 @@ def speechlike_audio(seconds: float, sr: int = 16000, seed: int = 0) -> np.ndarr
     return np.clip(out, -32768, 32767).astype(np.float32)
 
 
+def log_mel(audio: np.ndarray) -> np.ndarray:
+    """``[T, 32]`` melspectrogram frames of ``audio`` by openWakeWord's own ``melspectrogram.onnx``
+    (ONNX Runtime, float) and its transform ``x / 10 + 2``, as ``openwakeword.utils.AudioFeatures``."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(fetch("melspectrogram.onnx")), providers=["CPUExecutionProvider"])
+    return sess.run(None, {"input": audio[None]})[0].squeeze() / 10.0 + 2.0
+
+
 def mel_windows(n: int, seed: int = 0, frames: int = 76) -> np.ndarray:
     """openWakeWord embedding-model input: ``[n, 76, 32, 1]`` windows of melspectrogram frames.
 
     The audio goes through openWakeWord's own ``melspectrogram.onnx`` (ONNX Runtime, float) and
     its transform ``x / 10 + 2``, exactly as ``openwakeword.utils.AudioFeatures`` does.
     """
-    import onnxruntime as ort
-
-    sess = ort.InferenceSession(str(fetch("melspectrogram.onnx")), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(seed)
     out = np.empty((n, frames, 32, 1), np.float32)
-    audio = speechlike_audio(2.0 + n * 0.25, seed=seed)
-    mel = sess.run(None, {"input": audio[None]})[0].squeeze() / 10.0 + 2.0  # [T, 32]
+    mel = log_mel(speechlike_audio(2.0 + n * 0.25, seed=seed))
     for i in range(n):
         start = int(rng.integers(0, mel.shape[0] - frames))
         out[i, :, :, 0] = mel[start:start + frames]
@@ -318,10 +323,8 @@ def wake_features(n: int, seed: int = 0) -> np.ndarray:
     its window (76 mel frames, hop 8)."""
     import onnxruntime as ort
 
-    mel = ort.InferenceSession(str(fetch("melspectrogram.onnx")), providers=["CPUExecutionProvider"])
     emb = ort.InferenceSession(str(fetch("embedding_model.onnx")), providers=["CPUExecutionProvider"])
-    audio = speechlike_audio(3.0 + n * 0.2, seed=seed)
-    frames = mel.run(None, {"input": audio[None]})[0].squeeze() / 10.0 + 2.0
+    frames = log_mel(speechlike_audio(3.0 + n * 0.2, seed=seed))
     windows = [frames[s:s + 76] for s in range(0, frames.shape[0] - 76, 8)]
     e = np.concatenate([emb.run(None, {"input_1": w[None, :, :, None].astype(np.float32)})[0].reshape(1, 96) for w in windows])
     rng = np.random.default_rng(seed)

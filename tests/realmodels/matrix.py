@@ -201,6 +201,17 @@ def run_case(case: Case, root: Path, profiles: list[str] | None = None, **extra)
             "kinds": summary.kinds, "profiles": [p.profile for p in summary.profiles]}
 
 
+def run_all(cases: list[Case], root: Path) -> dict[str, dict[str, Any]]:
+    """:func:`run_case` for each case, by name (the tests convert each set once per session)."""
+    return {case.name: run_case(case, root) for case in cases}
+
+
+def published_task_failures(rows: list[dict[str, Any]]) -> list[tuple]:
+    """Published artifacts whose task check fails outright (borderline verdicts excepted)."""
+    return [(r["profile"], r["format"], r["task"]) for r in rows
+            if r["status"] == "published" and not r["task_passed"] and not r["borderline"]]
+
+
 def _costs(folder: Path, fmt: str) -> dict[str, Any]:
     """Recipe, size, p50 and Edge TPU share of one format, from its manifest."""
     from edge_sdk.manifest import read_manifest

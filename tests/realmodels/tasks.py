@@ -47,7 +47,7 @@ def _sigmoid(x):
 
 
 # ----------------------------------------------------------------------------- detection (BlazePalm)
-def ssd_anchors(size: int = 192, strides=(8, 16, 16, 16)) -> np.ndarray:
+def ssd_anchors(size: int = 192, strides=(8, 16, 16, 16), interp: float = 1.0) -> np.ndarray:
     """MediaPipe SsdAnchorsCalculator with fixed anchor size (palm/face detectors): ``[N, 2]`` centres.
 
     The product's one implementation (:func:`edge_sdk.anchors.ssd_anchors`, behind
@@ -56,7 +56,7 @@ def ssd_anchors(size: int = 192, strides=(8, 16, 16, 16)) -> np.ndarray:
     """
     from edge_sdk.anchors import parse_spec, ssd_anchors as generate
 
-    return generate(parse_spec({"strides": list(strides), "size": size, "fixed": 1}))[:, :2]
+    return generate(parse_spec({"strides": list(strides), "size": size, "fixed": 1, "interp": interp}))[:, :2]
 
 
 def decode_ssd(boxes: np.ndarray, logits: np.ndarray, anchors: np.ndarray, size: int, thr: float = 0.5):
@@ -102,10 +102,19 @@ def detection_check(ref: list[tuple], test: list[tuple], min_f1: float = 0.9) ->
                       {"f1": round(f1, 4), "float_detections": tp + fn, "int8_detections": tp + fp}, _margin(f1, min_f1))
 
 
-def palm_task(ref_outs: list[dict], test_outs: list[dict]) -> TaskResult:
-    anchors = ssd_anchors(192)
-    dec = lambda o: decode_ssd(o["Identity"], o["Identity_1"], anchors, 192)  # noqa: E731
-    return detection_check([dec(o) for o in ref_outs], [dec(o) for o in test_outs])
+def ssd_task(boxes: str, scores: str, size: int, strides, interp: float = 1.0):
+    """Detections of a MediaPipe SSD detector (:func:`ssd_anchors`; ``interp`` 0: one anchor per
+    cell, as BlazeFace full range), float against int8 (:func:`detection_check`)."""
+    anchors = ssd_anchors(size, strides, interp)
+
+    def task(ref_outs: list[dict], test_outs: list[dict]) -> TaskResult:
+        dec = lambda o: decode_ssd(o[boxes], o[scores], anchors, size)  # noqa: E731
+        return detection_check([dec(o) for o in ref_outs], [dec(o) for o in test_outs])
+    return task
+
+
+#: BlazePalm (lite and full): 2016 anchors at 192 px.
+palm_task = ssd_task("Identity", "Identity_1", 192, (8, 16, 16, 16))
 
 
 # ----------------------------------------------------------------------------- landmarks
@@ -229,22 +238,6 @@ def mel_task(embedding_onnx) -> Callable[[list[dict], list[dict]], TaskResult]:
 
 
 # ----------------------------------------------------------------------------- the wider set (wider.py)
-def ssd_task(boxes: str, scores: str, size: int, strides=None, grid: int | None = None):
-    """Detections of a MediaPipe SSD detector (anchors from ``strides``, or one anchor per cell of a
-    ``grid`` x ``grid`` map), float against int8 (:func:`detection_check`)."""
-    if grid:
-        centres = (np.arange(grid) + 0.5) / grid
-        xs, ys = np.meshgrid(centres, centres)
-        anchors = np.stack([xs.ravel(), ys.ravel()], 1)
-    else:
-        anchors = ssd_anchors(size, strides)
-
-    def task(ref_outs: list[dict], test_outs: list[dict]) -> TaskResult:
-        dec = lambda o: decode_ssd(o[boxes], o[scores], anchors, size)  # noqa: E731
-        return detection_check([dec(o) for o in ref_outs], [dec(o) for o in test_outs])
-    return task
-
-
 def direction_task(truth: np.ndarray) -> Callable[[list[dict], list[dict]], TaskResult]:
     """The text-direction classifier: agreement with float (>= 95%) and accuracy against the truth
     (at most 5 points below float's)."""

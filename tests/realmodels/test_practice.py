@@ -27,7 +27,7 @@ CASES = {c.name: c for c in matrix.CASES}
 def results(tmp_path_factory):
     """Every case converted once (the slow part), judged by gate and task."""
     root = tmp_path_factory.mktemp("practice")
-    return {name: matrix.run_case(case, root) for name, case in CASES.items()}
+    return matrix.run_all(matrix.CASES, root)
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -41,8 +41,7 @@ def test_gate_agrees_with_the_task(results, name):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_every_published_artifact_does_its_task(results, name):
-    bad = [(r["profile"], r["format"], r["task"]) for r in results[name]["rows"]
-           if r["status"] == "published" and not r["task_passed"] and not r["borderline"]]
+    bad = matrix.published_task_failures(results[name]["rows"])
     assert not bad, bad
 
 

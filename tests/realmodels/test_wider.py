@@ -21,7 +21,7 @@ CASES = {c.name: c for c in wider.CASES}
 @pytest.fixture(scope="session")
 def results(tmp_path_factory):
     root = tmp_path_factory.mktemp("wider")
-    return {name: wider.M.run_case(case, root) for name, case in CASES.items()}
+    return wider.M.run_all(wider.CASES, root)
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -36,8 +36,7 @@ def test_every_profile_gets_a_verdict_per_format(results, name):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_every_published_artifact_does_its_task(results, name):
-    bad = [(r["profile"], r["format"], r["task"]) for r in results[name]["rows"]
-           if r["status"] == "published" and not r["task_passed"] and not r["borderline"]]
+    bad = wider.M.published_task_failures(results[name]["rows"])
     assert not bad, bad
 
 
