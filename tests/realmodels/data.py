@@ -2,9 +2,9 @@
 
 Each generator returns model-ready float32 arrays in the layout the model takes, plus whatever
 its task check needs. None of it is a benchmark data set: the images are real photos bundled
-in scikit-image's wheel (a face, a scanned page), text rendered with Pillow's built-in font,
-photos of hands from OpenCV's tutorials (Debian's opencv-doc), and synthetic speech-like audio. What each is good for is said where
-it is made, and again in ``docs/accuracy.md``.
+in scikit-image's wheel (a face, a scanned page) and in Debian's opencv-doc (OpenCV's tutorial
+photos of hands), text rendered with Pillow's built-in font, and synthetic speech-like audio.
+What each is good for is said where it is made, and again in ``docs/accuracy.md``.
 """
 
 from __future__ import annotations
@@ -68,8 +68,8 @@ def eye_crops(n: int, size: int = 64, seed: int = 0) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- hands
-#: Photos of hands from OpenCV's tutorials (Debian's opencv-doc): five hands, one of them twice,
-#: on tables, walls and a dark background. Each holds one hand filling most of the photo. Value:
+#: Photos of hands from OpenCV's tutorials (Debian's opencv-doc): six photos, on tables, walls
+#: and a dark background. Each holds one hand filling most of the photo. Value:
 #: the part of the photo that is a photo (one is a screenshot with its window's title bar).
 HAND_PHOTOS: dict[str, tuple[int, int, int, int] | None] = {
     "handSrc.jpg": None, "Back_Projection_Theory0.jpg": None, "Back_Projection1_Source_Image.jpg": (0, 34, 200, 204),

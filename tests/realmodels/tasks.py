@@ -113,13 +113,10 @@ def ssd_task(boxes: str, scores: str, size: int, strides, interp: float = 1.0):
     return task
 
 
-#: BlazePalm (lite and full): 2016 anchors at 192 px.
-palm_task = ssd_task("Identity", "Identity_1", 192, (8, 16, 16, 16))
-
-
 def truth_f1(dets: list[tuple], masks: list) -> tuple[float, int, int, int]:
     """Detections against the truth: an image with a hand counts one hit when a detection's centre
-    lies on the hand (its mask), a miss when none does; every other detection is a false one."""
+    lies on the pasted hand photo (its mask; the hand fills most of it), a miss when none does;
+    every other detection is a false one."""
     tp = fp = fn = 0
     for (boxes, _), mask in zip(dets, masks):
         hits = 0
@@ -139,8 +136,9 @@ def truth_f1(dets: list[tuple], masks: list) -> tuple[float, int, int, int]:
 
 
 def palm_truth_task(masks: list, tolerance: float = 0.05, boxes: str = "Identity", scores: str = "Identity_1"):
-    """BlazePalm against the truth (where the hand photo is): the int8 model's F1 may be at most
-    ``tolerance`` below the float model's. Also reported: int8 detections matched to float's."""
+    """BlazePalm (lite and full: 2016 anchors at 192 px) against the truth (where the hand photo
+    is): the int8 model's F1 may be at most ``tolerance`` below the float model's. Also reported:
+    int8 detections matched to float's."""
     anchors = ssd_anchors(192, (8, 16, 16, 16), 1.0)
 
     def task(ref_outs: list[dict], test_outs: list[dict]) -> TaskResult:
