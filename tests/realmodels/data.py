@@ -9,6 +9,8 @@ What each is good for is said where it is made, and again in ``docs/accuracy.md`
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from practice import fetch
@@ -129,6 +131,13 @@ def hand_scenes(n: int, size: int = 192, seed: int = 0, negatives: float = 0.25)
 def hand_images(n: int, size: int = 192, seed: int = 0) -> np.ndarray:
     """:func:`hand_scenes` without the truth (calibration)."""
     return hand_scenes(n, size, seed)[0]
+
+
+@functools.lru_cache(maxsize=1)
+def hand_holdout() -> tuple[np.ndarray, list]:
+    """The palm detectors' held-back set and its truth: 80 :func:`hand_scenes` (seed 2), made once
+    for both the conversion's validation data and the task check."""
+    return hand_scenes(80, seed=2)
 
 
 # ----------------------------------------------------------------------------- text

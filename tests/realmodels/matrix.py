@@ -46,9 +46,9 @@ class Case:
 
 CASES = [
     Case("palm_detection_lite", "palm_detection_lite.tflite", "input_1", lambda n, s: D.hand_images(n, seed=s),
-         lambda: T.palm_truth_task(D.hand_scenes(80, seed=2)[1]),
+         lambda: T.palm_truth_task(D.hand_holdout()[1]),
          "BlazePalm detector, raw logits + box regressors; photos of real hands pasted on photos without hands, "
-         "read against where the hand is", make_val=lambda: D.hand_scenes(80, seed=2)[0]),
+         "read against where the hand photo is", make_val=lambda: D.hand_holdout()[0]),
     Case("face_landmark", "face_landmark.tflite", "input_1", lambda n, s: D.face_crops(n, seed=s),
          lambda: T.face_landmark_task, "468 face landmarks + face flag logit; crops of a real photo"),
     Case("ch_PP-OCRv4_rec", "ch_PP-OCRv4_rec_infer.onnx", "x", lambda n, s: D.text_lines(n, seed=s)[0],

@@ -93,19 +93,6 @@ MEMBERS: dict[str, Member] = {
     "rocket.jpg": Member(*_SKI, "skimage/data/rocket.jpg", "c2dd0de7c538df8d111e479619b129464d0269d0ae5fd18ca91d33a7fdfea95c"),
     "motorcycle_left.png": Member(*_SKI, "skimage/data/motorcycle_left.png",
                                   "db18e9c4157617403c3537a6ba355dfeafe9a7eabb6b9b94cb33f6525dd49179"),
-    # Real hands (tests/realmodels/data.py hand_scenes): six photos of hands.
-    "handSrc.jpg": DebMember(*_OCV, _OCV_HTML + "handSrc.jpg",
-                             "088532ab39ada21d9e332fa576d01d516bf4b8999c54a2c75665b35989f197fd"),
-    "Back_Projection_Theory0.jpg": DebMember(*_OCV, _OCV_HTML + "Back_Projection_Theory0.jpg",
-                                             "36265ed91ba8955a51d217a8de1b7a6fc6988ecf08638cdb572d81529dd4b86e"),
-    "Back_Projection1_Source_Image.jpg": DebMember(*_OCV, _OCV_HTML + "Back_Projection1_Source_Image.jpg",
-                                                   "f5b788ad24ba1c164a291a6d4091ba01b443ebee93edebf86c713358eb2bb28f"),
-    "Histogram_Comparison_Source_1.jpg": DebMember(*_OCV, _OCV_HTML + "Histogram_Comparison_Source_1.jpg",
-                                                   "7faadbac279c019d45bf89372563f47bcb70213044065a714897651748588a95"),
-    "Histogram_Comparison_Source_2.jpg": DebMember(*_OCV, _OCV_HTML + "Histogram_Comparison_Source_2.jpg",
-                                                   "1cd4c96e819ae39f6ba6d25d771b409cdcfd8e7545c24c576e7df1ad03701069"),
-    "Hull_Original_Image.jpg": DebMember(*_OCV, _OCV_HTML + "Hull_Original_Image.jpg",
-                                         "04ddb67ae5381b332e65c48ba9aeff55fdc13995db646eeaaed4f0867e367b6c"),
     # Kept for local sweeps only.
     "ch_PP-OCRv4_det_infer.onnx": Member(*_OCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx", ""),
     "selfie_segmentation.tflite": Member(*_MP, "mediapipe/modules/selfie_segmentation/selfie_segmentation.tflite", ""),
@@ -114,6 +101,17 @@ MEMBERS: dict[str, Member] = {
     "page.png": Member(*_SKI, "skimage/data/page.png", ""),
     "text.png": Member(*_SKI, "skimage/data/text.png", ""),
 }
+
+
+#: Real hands (tests/realmodels/data.py hand_scenes): six photos of OpenCV's tutorials.
+MEMBERS.update({name: DebMember(*_OCV, _OCV_HTML + name, sha256) for name, sha256 in (
+    ("handSrc.jpg", "088532ab39ada21d9e332fa576d01d516bf4b8999c54a2c75665b35989f197fd"),
+    ("Back_Projection_Theory0.jpg", "36265ed91ba8955a51d217a8de1b7a6fc6988ecf08638cdb572d81529dd4b86e"),
+    ("Back_Projection1_Source_Image.jpg", "f5b788ad24ba1c164a291a6d4091ba01b443ebee93edebf86c713358eb2bb28f"),
+    ("Histogram_Comparison_Source_1.jpg", "7faadbac279c019d45bf89372563f47bcb70213044065a714897651748588a95"),
+    ("Histogram_Comparison_Source_2.jpg", "1cd4c96e819ae39f6ba6d25d771b409cdcfd8e7545c24c576e7df1ad03701069"),
+    ("Hull_Original_Image.jpg", "04ddb67ae5381b332e65c48ba9aeff55fdc13995db646eeaaed4f0867e367b6c"),
+)})
 
 
 def cache_dir() -> Path:

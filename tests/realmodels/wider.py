@@ -38,9 +38,9 @@ CASES = [
            lambda: T.ssd_task("Identity", "Identity_1", 224, (8, 16, 32, 32, 32)),
            "BlazePose detector: DepthToSpace in its heads, 2254 anchors"),
     M.Case("palm_detection_full", "palm_detection_full.tflite", "input_1", lambda n, s: D.hand_images(n, seed=s),
-           lambda: T.palm_truth_task(D.hand_scenes(80, seed=2)[1]),
-           "BlazePalm full; photos of real hands pasted on photos without hands, read against where the hand is",
-           make_val=lambda: D.hand_scenes(80, seed=2)[0]),
+           lambda: T.palm_truth_task(D.hand_holdout()[1]),
+           "BlazePalm full; photos of real hands pasted on photos without hands, read against where the hand photo is",
+           make_val=lambda: D.hand_holdout()[0]),
     M.Case("ppocr_direction_cls", "ch_ppocr_mobile_v2.0_cls_infer.onnx", "x", lambda n, s: D.direction_lines(n, s)[0],
            lambda: T.direction_task(D.direction_lines(40, 2)[1]),
            "PP-OCR text-direction classifier (MobileNetV3, hard-swish), 2 classes; rendered lines, half turned "
