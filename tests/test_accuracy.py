@@ -103,6 +103,31 @@ def test_regressions_are_judged_at_the_positions_the_scores_call_confident():
     assert out["b"]["passed"] and out["b"]["at_confident_positions"] == 6 and "judged_at" in out["b"]
 
 
+
+def test_a_detectors_boxes_are_judged_where_it_detects_not_where_it_hesitates():
+    """Anchors scored 0.3 are confident enough for the score check but never become a detection:
+    their boxes may wander (BlazePose's did, 9% of the range, with every detection in place); a
+    box moved at a detection still fails."""
+    boxes = RNG.uniform(0, 200, (4, 60, 4))
+    logits = np.full((4, 60, 1), -8.0)
+    logits[:, :3] = 4.0                      # detections (0.98)
+    logits[:, 3:6] = -0.85                   # hesitations (0.30): confident, not detected
+    ok = boxes + RNG.normal(0, 0.3, boxes.shape)
+    ok[:, 3:6] += 60.0
+    kinds = {"b": OutputKind("boxes"), "s": OutputKind("logits", activation="sigmoid")}
+    feed = lambda b: [{"b": b[i], "s": logits[i]} for i in range(4)]  # noqa: E731
+    out = compare(feed(boxes), feed(ok), kinds, SPEC)
+    assert out["b"]["passed"], out["b"]["failures"]
+    assert out["b"]["at_confident_positions"] == 12 and "detections" in out["b"]["judged_at"]
+    moved = ok.copy()
+    moved[:, 0] += 60.0
+    assert not compare(feed(boxes), feed(moved), kinds, SPEC)["b"]["passed"]
+    # no detection at all: judged where the scores are confident, as before
+    quiet = np.where(logits > 0, -0.85, logits)
+    out = compare([{"b": boxes[i], "s": quiet[i]} for i in range(4)], [{"b": ok[i], "s": quiet[i]} for i in range(4)],
+                  kinds, SPEC)
+    assert not out["b"]["passed"] and "confident" in out["b"]["judged_at"]
+
 # ----------------------------------------------------------------------------- other kinds
 def test_landmarks_get_no_top1_and_are_judged_relative_to_their_range():
     pts = RNG.uniform(40, 160, (6, 1, 63))

@@ -128,7 +128,7 @@ def compare(reference: list[dict[str, np.ndarray]], test: list[dict[str, np.ndar
             raise ConversionError(f"Output '{t}': {exc}") from None
         masks[f] = m.pop("_mask", None)
         if f in links:
-            m["judged_at"] = f"positions where '{links[f]}' is confident"
+            m["judged_at"] = f"'{links[f]}': {results[links[f]].get('regressions_at', 'its confident positions')}"
         results[t] = m
     return {t: results[t] for t in names}
 

@@ -4,7 +4,7 @@ Every output gets the whole-tensor figures (cosine, SQNR, max abs error) for the
 *judged* by the metrics of its kind (:mod:`edge_sdk.outputs`): top-1 and score error where the
 float model is confident, and F1 of the positives, for class scores (after the activation for
 logits); error relative to the float dynamic range for boxes, landmarks and regressions (only at
-the positions a detector's scores call confident, when it has such a companion); IoU of the
+the positions where a detector's scores emit a detection, or else call confident, when it has such a companion); IoU of the
 thresholded maps for heatmaps and masks; cosine per sample for embeddings; step and whole
 sequence agreement for sequences. A packed output is judged group by group and the worst group
 reported. A group that quantization collapsed (almost no distinct values, or no range left)
@@ -86,7 +86,8 @@ def _classes_last(x: np.ndarray, axis: int) -> np.ndarray:
 
 def scores_metrics(r: np.ndarray, t: np.ndarray, axis: int, activation: str, spec: AccuracySpec,
                    samples: int) -> tuple[dict[str, Any], list[str], np.ndarray]:
-    """Class scores: returns (figures, failures, confident-position mask)."""
+    """Class scores: returns (figures, failures, the positions companion regressions are judged at:
+    the float model's positives on a dense output, else its confident positions)."""
     g = spec.scores
     ax = axis + 1 if axis >= 0 else axis
     p, q = _classes_last(activate(r, activation, ax), axis), _classes_last(activate(t, activation, ax), axis)
@@ -111,9 +112,18 @@ def scores_metrics(r: np.ndarray, t: np.ndarray, axis: int, activation: str, spe
             if classes > 5:
                 top5 = np.argsort(-q[confident], axis=1)[:, :5]
                 out["top5_agreement"] = _r(float(np.mean(np.any(top5 == top[:, None], axis=1))))
+    where = confident
     if dense:
         thr, soft = g.positive_threshold, g.positive_threshold - g.positive_margin
         pos_r, pos_t = p >= thr, q >= thr
+        # A detector's boxes matter where it emits a detection: judge its regressions at the float
+        # model's positives; a box at an anchor scored 0.3 is never drawn (what invented or lost
+        # detections do is the positive F1's business).
+        emitted = pos_r.any(axis=1)
+        if emitted.any():
+            where = emitted
+        out["regressions_at"] = (f"its detections (float score >= {thr})" if emitted.any()
+                                 else f"its confident positions (float score >= {g.confidence})")
         out["positives"] = [int(pos_r.sum()), int(pos_t.sum())]
         # A positive counts as found when the other side scores it within the margin below the
         # threshold: 0.48 vs 0.52 is noise around a threshold, not a lost or invented detection.
@@ -125,7 +135,7 @@ def scores_metrics(r: np.ndarray, t: np.ndarray, axis: int, activation: str, spe
             _check(out, fails, "positive_f1", f1, g.min_positive_f1, True,
                    f"positives (score >= {thr}) F1 {f1:.3f} < {g.min_positive_f1} "
                    f"(float {int(pos_r.sum())}, int8 {int(pos_t.sum())}; recall {recall:.2f}, precision {precision:.2f})")
-    return out, fails, confident
+    return out, fails, where
 
 
 def regression_metrics(r: np.ndarray, t: np.ndarray, axis: int, spec: AccuracySpec,

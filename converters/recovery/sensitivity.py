@@ -89,14 +89,39 @@ def _fake_quant(v: np.ndarray, scale, zero, qmin: int, qmax: int) -> np.ndarray:
     return (np.clip(np.round(v / scale) + zero, qmin, qmax) - zero) * scale
 
 
-def _local(fvals: dict[str, list[np.ndarray]], quantizers: dict[str, Callable], axis: int) -> dict[str, float]:
-    """Each quantized tensor's own quantization noise: its float values through its own int8 step."""
-    out = {}
-    for t, fq in quantizers.items():
-        if t in fvals:
-            with np.errstate(all="ignore"):
-                out[t] = float(np.mean([_rel(v, fq(np.asarray(v, np.float64)), axis) for v in fvals[t]]))
-    return out
+def _compare(pairs: dict[str, str], run_float: Callable[[Any], dict[str, np.ndarray]],
+             run_int8: Callable[[Any], dict[str, np.ndarray]], feeds: list, quantizers: dict[str, Callable],
+             axis: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Run both models sample by sample and keep only figures, never the tensors: a detector at
+    800x608 has a gigabyte of intermediates per sample and model (PicoDet's did; holding eight
+    samples of both models ran this machine's 24 GiB out).
+
+    Args:
+        pairs: float tensor name -> the int8 model's name for it.
+        quantizers: float tensor name -> its own int8 step, where the format says it.
+
+    Returns:
+        (tensor -> mean error of the int8 model's tensor, tensor -> mean noise of its own int8 step),
+        over the samples where both models produced it.
+    """
+    errors: dict[str, list[float]] = {}
+    local: dict[str, list[float]] = {}
+    for feed in feeds:
+        fo = run_float(feed)
+        qo = run_int8(feed)
+        for t, qt in pairs.items():
+            a, b = fo.get(t), qo.get(qt)
+            if a is None or b is None:
+                continue
+            errors.setdefault(t, []).append(_rel(a, b, axis))
+            fq = quantizers.get(t)
+            if fq is not None:
+                with np.errstate(all="ignore"):
+                    local.setdefault(t, []).append(_rel(a, fq(np.asarray(a, np.float64)), axis))
+        del fo, qo
+    n = len(feeds)
+    return ({t: float(np.mean(v)) for t, v in errors.items() if len(v) == n},
+            {t: float(np.mean(v)) for t, v in local.items()})
 
 
 def _rank(nodes: list[tuple[str, str, list[str], str]], errors: dict[str, float],
@@ -156,16 +181,10 @@ def onnx_layers(float_onnx: Path, int8_onnx: Path, feeds: list[dict]) -> list[La
     fs = ort.InferenceSession(_onnx_outputs(fm, list(pairs)).SerializeToString(), so, providers=["CPUExecutionProvider"])
     qs = ort.InferenceSession(_onnx_outputs(qm, list(pairs.values())).SerializeToString(), so,
                               providers=["CPUExecutionProvider"])
-    errors: dict[str, list[float]] = {}
-    fvals: dict[str, list[np.ndarray]] = {}
-    for feed in feeds:
-        fo = dict(zip([o.name for o in fs.get_outputs()], fs.run(None, feed)))
-        qo = dict(zip([o.name for o in qs.get_outputs()], qs.run(None, feed)))
-        for t, qt in pairs.items():
-            if t in fo and qt in qo:
-                errors.setdefault(t, []).append(_rel(fo[t], qo[qt]))
-                fvals.setdefault(t, []).append(fo[t])
-    return _rank(nodes, {t: float(np.mean(v)) for t, v in errors.items()}, _local(fvals, _qdq_quantizers(qm), 1))
+    fnames, qnames = [o.name for o in fs.get_outputs()], [o.name for o in qs.get_outputs()]
+    errors, local = _compare(pairs, lambda feed: dict(zip(fnames, fs.run(None, feed))),
+                             lambda feed: dict(zip(qnames, qs.run(None, feed))), feeds, _qdq_quantizers(qm), 1)
+    return _rank(nodes, errors, local)
 
 
 def _qdq_quantizers(qm) -> dict[str, Callable]:
@@ -187,7 +206,8 @@ def _qdq_quantizers(qm) -> dict[str, Callable]:
 
 
 # ----------------------------------------------------------------------------- OpenVINO
-def _ov_values(ov, model, feeds: list[dict], skip: set[str]) -> tuple[dict[str, list[np.ndarray]], list]:
+def _ov_runner(ov, model, skip: set[str]) -> tuple[Callable[[dict], dict[str, np.ndarray]], list]:
+    """``model`` with every f32 op output exposed: (run one feed -> op name -> value, the ops)."""
     core = ov.Core()
     ops = [op for op in model.get_ordered_ops() if op.get_type_name() not in skip and op.get_output_size() > 0
            and op.get_output_element_type(0).get_type_name() == "f32"]
@@ -195,29 +215,27 @@ def _ov_values(ov, model, feeds: list[dict], skip: set[str]) -> tuple[dict[str, 
         op.output(0).get_tensor().add_names({f"edge_sdk_probe::{op.get_friendly_name()}"})
     model.add_outputs([op.output(0) for op in ops])
     compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    values: dict[str, list[np.ndarray]] = {}
     request = compiled.create_infer_request()
-    ports = [(p, next((n.split("::", 1)[1] for n in p.get_names() if n.startswith("edge_sdk_probe::")), None))
-             for p in compiled.outputs]
-    for feed in feeds:
+    ports = [(p, name) for p in compiled.outputs
+             for name in [next((n.split("::", 1)[1] for n in p.get_names() if n.startswith("edge_sdk_probe::")), None)]
+             if name is not None]
+
+    def run(feed: dict) -> dict[str, np.ndarray]:
         res = request.infer(feed)
-        for port, name in ports:
-            if name is not None:
-                values.setdefault(name, []).append(np.asarray(res[port]))
-    return values, ops
+        return {name: np.array(res[port]) for port, name in ports}
+    return run, ops
 
 
 def openvino_layers(float_model, int8_xml: Path, feeds: list[dict]) -> list[LayerError]:
     ov = require("openvino", "the sensitivity report")
     skip = {"Parameter", "Constant", "Result", "ShapeOf", "Convert"}
-    fvals, fops = _ov_values(ov, float_model.clone(), feeds, skip)
-    qvals, _ = _ov_values(ov, ov.Core().read_model(str(int8_xml)), feeds, skip)
-    errors = {}
-    for name, vals in fvals.items():
-        q = qvals.get(f"{name}/fq_output_0") or qvals.get(name)
-        if q is not None and len(q) == len(vals):
-            errors[name] = float(np.mean([_rel(a, b) for a, b in zip(vals, q)]))
-    local = _local(fvals, _ov_quantizers(ov.Core().read_model(str(int8_xml))), 1)
+    run_float, fops = _ov_runner(ov, float_model.clone(), skip)
+    run_int8, qops = _ov_runner(ov, ov.Core().read_model(str(int8_xml)), skip)
+    qnames = {op.get_friendly_name() for op in qops}
+    pairs = {name: f"{name}/fq_output_0" if f"{name}/fq_output_0" in qnames else name
+             for name in (op.get_friendly_name() for op in fops)}
+    pairs = {k: v for k, v in pairs.items() if v in qnames}
+    errors, local = _compare(pairs, run_float, run_int8, feeds, _ov_quantizers(ov.Core().read_model(str(int8_xml))), 1)
     nodes = [(op.get_friendly_name(), op.get_type_name(),
               [op.input_value(i).get_node().get_friendly_name() for i in range(op.get_input_size())],
               op.get_friendly_name()) for op in fops]
@@ -248,7 +266,9 @@ def _ov_quantizers(model) -> dict[str, Callable]:
 
 
 # ----------------------------------------------------------------------------- TFLite
-def _tflite_values(model: bytes, feeds: list) -> dict[str, list[np.ndarray]]:
+def _tflite_runner(model: bytes) -> tuple[Callable[[list], dict[str, np.ndarray]], set[str]]:
+    """``model`` with every activation made an output: (run one feed (arrays in input order) ->
+    tensor name -> value (int8 tensors dequantized with their scale and zero point), the names)."""
     from ai_edge_litert.interpreter import Interpreter
 
     from ..tflite_native import _is_const, _load, _pack
@@ -263,8 +283,8 @@ def _tflite_values(model: bytes, feeds: list) -> dict[str, list[np.ndarray]]:
     it.allocate_tensors()
     ins = it.get_input_details()
     details = {d["index"]: d for d in it.get_tensor_details()}
-    values: dict[str, list[np.ndarray]] = {}
-    for feed in feeds:
+
+    def run(feed) -> dict[str, np.ndarray]:
         arrays = list(feed.values()) if isinstance(feed, dict) else feed
         for d, a in zip(ins, arrays):
             arr = np.asarray(a)
@@ -274,13 +294,15 @@ def _tflite_values(model: bytes, feeds: list) -> dict[str, list[np.ndarray]]:
                 arr = np.clip(np.round(arr / scale) + zero, info.min, info.max)
             it.set_tensor(d["index"], arr.astype(d["dtype"]))
         it.invoke()
+        values = {}
         for d in it.get_output_details():
             a = it.get_tensor(d["index"])
             scale, zero = details[d["index"]]["quantization"]
             if a.dtype != np.float32 and scale:
                 a = (a.astype(np.float64) - zero) * scale
-            values.setdefault(d["name"], []).append(np.asarray(a, np.float64))
-    return values
+            values[d["name"]] = np.asarray(a, np.float64)
+        return values
+    return run, {d["name"] for d in it.get_output_details()}
 
 
 def tflite_layers(float_model: bytes, int8_model: bytes, feeds: list) -> list[LayerError]:
@@ -288,13 +310,13 @@ def tflite_layers(float_model: bytes, int8_model: bytes, feeds: list) -> list[La
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        fvals, qvals = _tflite_values(float_model, feeds), _tflite_values(int8_model, feeds)
-    errors = {n: float(np.mean([_rel(a, b, axis=-1) for a, b in zip(v, qvals[n])])) for n, v in fvals.items()
-              if n in qvals and len(qvals[n]) == len(v)}
+        (run_float, fnames), (run_int8, qnames) = _tflite_runner(float_model), _tflite_runner(int8_model)
+        errors, local = _compare({n: n for n in fnames if n in qnames}, run_float, run_int8, feeds,
+                                 _tflite_quantizers(int8_model), -1)
     g = from_tflite(float_model)
     nodes = [(n.outputs[0], n.native, [t for t in n.inputs if t and t not in g.constants], n.outputs[0])
              for n in g.nodes if n.outputs and n.native not in ("QUANTIZE", "DEQUANTIZE")]
-    return _rank(nodes, errors, _local(fvals, _tflite_quantizers(int8_model), -1))
+    return _rank(nodes, errors, local)
 
 
 def _tflite_quantizers(model: bytes) -> dict[str, Callable]:
