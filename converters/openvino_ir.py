@@ -192,11 +192,7 @@ def convert(job: ConvertJob) -> FormatResult:
                 mode = "post-training"
     except Exception as exc:  # noqa: BLE001 - NNCF raises many types
         if "dataset must not be empty" in str(exc) and any(op.get_type_name() == "If" for op in model.get_ordered_ops()):
-            raise ConversionError("NNCF calibrates each branch of an If on the samples that take it, and no calibration "
-                                  "sample took one of the branches of this model's If (a two-stage classifier whose "
-                                  "second stage runs only on positives, for instance).",
-                                  "Add calibration samples that take every branch (positives as well as negatives), "
-                                  "or use the onnx-qdq format (profiles jetson-orin, arm-cpu).") from None
+            return _untaken_branch(job, ov)
         raise ConversionError(f"NNCF quantization failed: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__}",
                               "Check the calibration data against the model's inputs.") from None
     evidence = int8_evidence(qmodel)
@@ -219,6 +215,62 @@ def convert(job: ConvertJob) -> FormatResult:
                                       **({"inference_precision": "f32"} if recipe.option("inference_precision") == "f32"
                                          or recipe.float_nodes or recipe.float_ops else {}),
                                       "float_nodes": list(recipe.float_nodes), "int8_evidence": evidence_saved,
+                                      "weights_compressed_to_fp16": False}},
+    )
+
+
+def _untaken_branch(job: ConvertJob, ov) -> FormatResult:
+    """NNCF calibrates each branch of an ``If`` on the samples that take it and refuses a branch no
+    calibration sample took (openWakeWord's verifier head runs only on positives). ONNX Runtime's
+    quantizer leaves ``If`` branches float: quantize the static ONNX form with it at this profile's
+    settings (uint8 activations, per-channel weights) and let OpenVINO read the QDQ model (its
+    frontend makes the Q/DQ pairs FakeQuantize, as NNCF's own output has). The untaken branch
+    stays float and the manifest and the log say so; positives in the calibration data let NNCF
+    quantize it instead.
+
+    Raises:
+        ConversionError: the source has no ONNX form, or either step failed.
+    """
+    import dataclasses
+
+    from . import onnx_qdq
+
+    if job.source.format not in ("onnx", "keras", "savedmodel"):
+        raise ConversionError("NNCF calibrates each branch of an If on the samples that take it, and no calibration "
+                              "sample took one of the branches of this model's If.",
+                              "Add calibration samples that take every branch (positives as well as negatives).")
+    job.log("NNCF refused an If branch no calibration sample took: quantizing with ONNX Runtime, the branches float")
+    sub = dataclasses.replace(job, workdir=Path(job.scratch) / "onnx-qdq-for-openvino", cache={})
+    sub.workdir.mkdir(parents=True, exist_ok=True)
+    qdq = onnx_qdq.convert(sub)
+    try:
+        qmodel = ov.Core().read_model(str(sub.workdir / qdq.model_file))
+        for port, spec in zip(qmodel.outputs, job.source.outputs):
+            if spec.name not in port.get_names():
+                port.get_tensor().set_names({spec.name})
+        stable_names(qmodel)
+    except Exception as exc:  # noqa: BLE001 - OpenVINO raises C++ exceptions as RuntimeError subclasses
+        raise ConversionError(f"OpenVINO could not read the ONNX Runtime QDQ model: {str(exc).strip()[:300]}",
+                              "Add calibration samples that take every branch of the If, so that NNCF can quantize it.") from None
+    evidence = int8_evidence(qmodel)
+    if not evidence["FakeQuantize"]:
+        raise ConversionError(f"OpenVINO read the QDQ model without int8 quantizers ({evidence}).",
+                              "Add calibration samples that take every branch of the If, so that NNCF can quantize it.")
+    inputs, outputs = _specs(qmodel)
+    ov.save_model(qmodel, str(job.workdir / XML_FILE), compress_to_fp16=False)
+    qdq_opts = qdq.backend_options["onnx_qdq"]
+    return FormatResult(
+        model_file=XML_FILE, inputs=inputs, outputs=outputs, extra_files=[(BIN_FILE, "weights")], precision="int8",
+        tools={"openvino": ov.get_version(), **qdq.tools},
+        route=f"{qdq.route} -> openvino.Core.read_model (NNCF refused an If branch no calibration sample took)",
+        warnings=["no calibration sample took one branch of the model's If: ONNX Runtime quantized it and that "
+                  "branch stayed float (NNCF needs samples on every branch)"],
+        backend_options={"openvino": {"quantizer": "onnxruntime", "why": "no calibration sample took one branch of an If",
+                                      "calibration_method": qdq_opts["calibration_method"],
+                                      "activation_dtype": qdq_opts["activation_dtype"],
+                                      "per_channel": qdq_opts["per_channel"],
+                                      "float_nodes": qdq_opts["float_nodes"],
+                                      "int8_evidence": int8_evidence(ov.Core().read_model(str(job.workdir / XML_FILE))),
                                       "weights_compressed_to_fp16": False}},
     )
 
