@@ -139,6 +139,17 @@ def test_landmarks_get_no_top1_and_are_judged_relative_to_their_range():
     assert not bad["passed"] and any("of the range" in f for f in bad["failures"])
 
 
+def test_landmark_records_with_visibility_logits_are_landmarks_not_an_embedding():
+    """MediaPipe's pose landmarks: 39 records of x, y (pixels), z, visibility and presence logits.
+    Read as triples the signed logits land in x and y; read as records of five they are points."""
+    rec = np.concatenate([RNG.uniform(20, 240, (6, 39, 2)), RNG.normal(0, 30, (6, 39, 1)),
+                          RNG.normal(0, 6, (6, 39, 2))], axis=-1)
+    kind = from_values(rec.reshape(6, 1, 195), [1, 195])
+    assert kind is not None and kind.kind == "landmarks" and "39 points of 5" in kind.reason
+    signed = RNG.normal(0, 1, (6, 1, 195))  # a signed vector of that length stays an embedding
+    assert from_values(signed, [1, 195]).kind == "embedding"
+
+
 def _ctc_paths(n: int = 10, steps: int = 40, classes: int = 30) -> list[np.ndarray]:
     ref = []
     for _ in range(n):

@@ -179,7 +179,10 @@ def from_values(r: np.ndarray, shape: list[int]) -> OutputKind | None:
                 return OutputKind("logits", axis=-1, activation="sigmoid", source="values",
                                   reason="one unbounded value per sample: read as a logit")
             return None
-        for dims in (3, 2):  # x, y (, z) points: x and y are pixel positions (positive), z may be signed
+        # x, y (, z) points: x and y are pixel positions (positive), z may be signed. Then records
+        # of x, y, z and visibility (, presence) logits, as MediaPipe's pose landmarks (39 x 5):
+        # read as triples, those mix signed logits into x and y.
+        for dims in (3, 2, 5, 4):
             if last % dims == 0 and last >= 2 * dims:
                 xy = r.reshape(r.shape[0], -1, dims)[..., :2]
                 if float(np.mean(xy > 0)) >= 0.95 and float(np.ptp(xy)) > 1.0:
