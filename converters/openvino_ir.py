@@ -152,7 +152,7 @@ def convert(job: ConvertJob) -> FormatResult:
     # The profile's calibration method picks NNCF's activation range estimator. NNCF's own default
     # averages per-sample min/max, which clips small tensors (a [1,4] side input, a pooled vector)
     # hard; "minmax" means the global range, as ONNX Runtime's MinMax calibrator uses.
-    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters
+    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, OverflowFix
     from nncf.quantization.range_estimator import RangeEstimatorParametersSet
 
     # "median" (recovery only): the median over samples of each sample's min and max - outliers of a
@@ -164,7 +164,9 @@ def convert(job: ConvertJob) -> FormatResult:
     method = recipe.method(job.profile)
     if method not in estimators:
         raise ConversionError(f"Calibration method '{method}' is not one NNCF offers here (minmax, percentile, entropy, median).")
-    advanced = AdvancedQuantizationParameters(activations_range_estimator_params=estimators[method])
+    overflow = recipe.option("overflow_fix", job.targets.nncf.overflow_fix)
+    advanced = AdvancedQuantizationParameters(activations_range_estimator_params=estimators[method],
+                                              overflow_fix=getattr(OverflowFix, overflow) if overflow else None)
     ignored = None
     if recipe.float_nodes or recipe.float_ops:
         ignored = nncf.IgnoredScope(names=list(recipe.float_nodes), types=list(recipe.float_ops), validate=False)
@@ -212,6 +214,7 @@ def convert(job: ConvertJob) -> FormatResult:
                                       "nncf_target_device": target.value,
                                       "nncf_activation_range": method, "nncf_bias_correction": "fast" if fast_bc else "full",
                                       "nncf_model_type": recipe.option("model_type") or "default",
+                                      "nncf_overflow_fix": (overflow or "default").lower(),
                                       **({"inference_precision": "f32"} if recipe.option("inference_precision") == "f32"
                                          or recipe.float_nodes or recipe.float_ops else {}),
                                       "float_nodes": list(recipe.float_nodes), "int8_evidence": evidence_saved,
@@ -240,7 +243,11 @@ def _untaken_branch(job: ConvertJob, ov) -> FormatResult:
                               "sample took one of the branches of this model's If.",
                               "Add calibration samples that take every branch (positives as well as negatives).")
     job.log("NNCF refused an If branch no calibration sample took: quantizing with ONNX Runtime, the branches float")
-    sub = dataclasses.replace(job, workdir=Path(job.scratch) / "onnx-qdq-for-openvino", cache={})
+    # Weights in 7 bits (ORT's reduce_range), as NNCF's overflow fix makes them: x86 CPUs without
+    # VNNI would saturate full-range int8 products (see targets.NNCFConfig.overflow_fix).
+    reduce = job.targets.nncf.overflow_fix == "ENABLE"
+    recipe = dataclasses.replace(job.recipe, options=(*job.recipe.options, ("reduce_range", reduce)))
+    sub = dataclasses.replace(job, workdir=Path(job.scratch) / "onnx-qdq-for-openvino", cache={}, recipe=recipe)
     sub.workdir.mkdir(parents=True, exist_ok=True)
     qdq = onnx_qdq.convert(sub)
     try:
@@ -268,7 +275,7 @@ def _untaken_branch(job: ConvertJob, ov) -> FormatResult:
         backend_options={"openvino": {"quantizer": "onnxruntime", "why": "no calibration sample took one branch of an If",
                                       "calibration_method": qdq_opts["calibration_method"],
                                       "activation_dtype": qdq_opts["activation_dtype"],
-                                      "per_channel": qdq_opts["per_channel"],
+                                      "per_channel": qdq_opts["per_channel"], "weights_7bit": reduce,
                                       "float_nodes": qdq_opts["float_nodes"],
                                       "int8_evidence": int8_evidence(ov.Core().read_model(str(job.workdir / XML_FILE))),
                                       "weights_compressed_to_fp16": False}},

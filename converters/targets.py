@@ -40,10 +40,19 @@ class NNCFConfig:
     Attributes:
         target_device: NNCF ``TargetDevice`` name (``CPU``, ``NPU``, ``GPU``; ``ANY`` otherwise).
         preset: ``PERFORMANCE`` (symmetric activations) or ``MIXED``.
+        overflow_fix: NNCF ``OverflowFix`` name. On a CPU, ``ENABLE``: every Convolution and
+            MatMul weight uses half the int8 range. x86 CPUs without VNNI (AVX2, AVX-512 before
+            Cascade Lake; many edge boxes) multiply u8 x s8 pairs into saturating int16 sums, so
+            with full-range weights the same IR computes different numbers there than on a VNNI
+            CPU (BlazePalm full on an AVX2 host: gate score error 0.09 -> 0.19 with NNCF's
+            default, which halves only the first layer). Half-range weights never saturate:
+            one IR, the same numbers on every x86 CPU, and a gate that means the same whichever
+            host ran it. ``None`` elsewhere (NNCF's default for the device).
     """
 
     target_device: str
     preset: str
+    overflow_fix: str | None = None
 
 
 @dataclass(frozen=True)
@@ -103,8 +112,10 @@ def nncf_config(profile: Profile) -> NNCFConfig:
     """The ``openvino-ir`` target of ``profile``: the device of its first native OpenVINO step."""
     native = next((s.accelerator for s in profile.runtime.chain if s.format == "openvino-ir" and s.native), "CPU")
     device = native.split(".", 1)[0]
-    return NNCFConfig(target_device=device if device in _NNCF_DEVICES else "ANY",
-                      preset="PERFORMANCE" if profile.quantization.activation_symmetric else "MIXED")
+    target = device if device in _NNCF_DEVICES else "ANY"
+    return NNCFConfig(target_device=target,
+                      preset="PERFORMANCE" if profile.quantization.activation_symmetric else "MIXED",
+                      overflow_fix="ENABLE" if target in ("CPU", "ANY") else None)
 
 
 def tflite_config(profile: Profile) -> TFLiteConfig:

@@ -232,6 +232,19 @@ def _costs(folder: Path, fmt: str) -> dict[str, Any]:
     return out
 
 
+def host_line() -> str:
+    """Where the figures come from: the gates run on this host (the CPU stands in for every device),
+    and p50 and recovery times are its own."""
+    from edge_sdk import hostinfo
+
+    flags = set(hostinfo.cpu_flags())
+    isa = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8") if f in flags]
+    return (f"Measured on {hostinfo.cpu_model()} ({hostinfo.cpu_count()} cores; {', '.join(isa) or 'no AVX2'}"
+            f"{'' if {'avx512_vnni', 'avx_vnni'} & flags else ': no VNNI, so x86 int8 products saturate int16 sums unless weights use half the int8 range'}). "
+            "Gates run here stand in for the devices; p50 and recovery times are this host's and would differ on the "
+            "device.")
+
+
 def markdown(results: list[dict[str, Any]], title: str = "Accuracy on real models: the gate's verdict vs the task's verdict",
              command: str = "python tests/realmodels/matrix.py --write-docs") -> str:
     lines = [f"# {title}", "",
@@ -240,7 +253,8 @@ def markdown(results: list[dict[str, Any]], title: str = "Accuracy on real model
              "code (`tests/realmodels/data.py`). The *task* column decodes the outputs the model's own way "
              "(`tests/realmodels/tasks.py`) and compares float with int8; the *gate* column is what `edge-sdk convert` "
              "decided from the output kinds. They must agree; *borderline* marks a task figure within 3% of its own "
-             "threshold, where the task check cannot tell pass from fail (one detection of 40 moves F1 by 2.5%).", ""]
+             "threshold, where the task check cannot tell pass from fail (one detection of 40 moves F1 by 2.5%).", "",
+             host_line(), ""]
     for res in results:
         timing = f"Conversion of all profiles: {res['seconds']} s"
         if res.get("plain_seconds"):
