@@ -18,7 +18,11 @@ from heads import outlier_feeds, outlier_onnx, yolo_feeds, yolo_like_onnx
 
 pytestmark = pytest.mark.slow
 
-PROFILES = ["jetson-orin", "intel-cpu", "arm-cpu"]
+# intel-cpu is not among them: with its weights in half the int8 range (no int16 saturation on x86
+# CPUs without VNNI) OpenVINO passed this model without recovery on an AVX2 host (score error 0.009;
+# 0.157 with NNCF's full-range weights there), so the outlier does not fail it on every host.
+# OpenVINO's recovery is exercised on real models (tests/realmodels: BlazePalm full, BlazeFace).
+PROFILES = ["jetson-orin", "arm-cpu"]
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +58,7 @@ def test_recovery_passes_keeping_at_most_two_layers_float(outlier):
             assert m.accuracy["formats"][fmt]["passed"]
 
 
-@pytest.mark.parametrize("profile, fmt", [("jetson-orin", "onnx-qdq"), ("intel-cpu", "openvino-ir"),
+@pytest.mark.parametrize("profile, fmt", [("jetson-orin", "onnx-qdq"),
                                           ("arm-cpu", "onnx-qdq"), ("arm-cpu", "tflite-int8")])
 def test_report_ranks_the_outlier_layer_first(outlier, profile, fmt):
     folder = outlier["out"] / profile
@@ -129,7 +133,7 @@ def test_explain_cli_for_a_model_and_for_an_artifact(outlier, tmp_path):
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("jetson-orin / onnx-qdq: FAILS") and "conv_outlier" in lines[1] and "gain alone float +" in lines[1]
     shown = run_cli("explain", str(outlier["out"]), "--json")
-    assert shown.returncode == 0 and len(json.loads(shown.stdout)) == 4
+    assert shown.returncode == 0 and len(json.loads(shown.stdout)) == 3
     missing = run_cli("explain", str(tmp_path / "x" / "jetson-orin"), "--json")
     assert missing.returncode == 0  # the explained artifact carries its report
     empty = tmp_path / "empty"

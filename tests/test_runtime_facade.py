@@ -34,7 +34,11 @@ def x():
 def raw_ort(model_path: Path, x: np.ndarray) -> np.ndarray:
     import onnxruntime as ort
 
-    sess = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    # As the runner opens it: int8 x int8 kept on x86 (ORT's default turns activations into uint8 for
+    # its U8S8 kernels, whose int16 sums saturate on CPUs without VNNI: other numbers than any device's).
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.qdqisint8allowed", "1")
+    sess = ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
     return sess.run(None, {sess.get_inputs()[0].name: x})[0]
 
 
