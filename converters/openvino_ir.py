@@ -44,14 +44,34 @@ def _read(job: ConvertJob):
             model = ov.Core().read_model(str(src))
         else:
             model = ov.convert_model(str(src))
-        for port, spec in zip(model.outputs, job.source.outputs):
-            if spec.name not in port.get_names():
-                port.get_tensor().set_names({spec.name})
+        _source_output_names(model, job)
         model.reshape({name: ov.PartialShape(shape) for name, shape in job.input_shapes.items()})
     except Exception as exc:  # noqa: BLE001 - OpenVINO raises C++ exceptions as RuntimeError subclasses
         raise _frontend_error(ov, job, exc) from None
     stable_names(model, counters=job.source.format == "tflite")
     return model, str(src)
+
+
+def _source_output_names(model, job: ConvertJob) -> None:
+    """Name the model's outputs as the source's, so the gate and the manifest agree."""
+    for port, spec in zip(model.outputs, job.source.outputs):
+        if spec.name not in port.get_names():
+            port.get_tensor().set_names({spec.name})
+
+
+def _save(ov, qmodel, job: ConvertJob, made_by: str, hint: str) -> tuple[list[TensorSpec], list[TensorSpec], dict[str, int]]:
+    """Check ``qmodel`` is int8, save it as the artifact's IR and return (inputs, outputs, the saved
+    IR's int8 evidence).
+
+    Raises:
+        ConversionError: ``qmodel`` holds no FakeQuantize (``made_by`` put no int8 quantizer in).
+    """
+    evidence = int8_evidence(qmodel)
+    if not evidence["FakeQuantize"]:
+        raise ConversionError(f"{made_by} left no int8 quantizers ({evidence}).", hint)
+    inputs, outputs = _specs(qmodel)
+    ov.save_model(qmodel, str(job.workdir / XML_FILE), compress_to_fp16=False)
+    return inputs, outputs, int8_evidence(ov.Core().read_model(str(job.workdir / XML_FILE)))
 
 
 def stable_names(model, counters: bool = False) -> int:
@@ -164,7 +184,7 @@ def convert(job: ConvertJob) -> FormatResult:
     method = recipe.method(job.profile)
     if method not in estimators:
         raise ConversionError(f"Calibration method '{method}' is not one NNCF offers here (minmax, percentile, entropy, median).")
-    overflow = recipe.option("overflow_fix", job.targets.nncf.overflow_fix)
+    overflow = job.targets.nncf.overflow_fix
     advanced = AdvancedQuantizationParameters(activations_range_estimator_params=estimators[method],
                                               overflow_fix=getattr(OverflowFix, overflow) if overflow else None)
     ignored = None
@@ -197,14 +217,8 @@ def convert(job: ConvertJob) -> FormatResult:
             return _untaken_branch(job, ov)
         raise ConversionError(f"NNCF quantization failed: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__}",
                               "Check the calibration data against the model's inputs.") from None
-    evidence = int8_evidence(qmodel)
-    if not evidence["FakeQuantize"]:
-        raise ConversionError(f"NNCF inserted no int8 quantizers ({evidence}).",
-                              "The model may contain no quantizable ops (Convolution, MatMul...).")
-    inputs, outputs = _specs(qmodel)
-    ov.save_model(qmodel, str(job.workdir / XML_FILE), compress_to_fp16=False)
-    saved = ov.Core().read_model(str(job.workdir / XML_FILE))
-    evidence_saved = int8_evidence(saved)
+    inputs, outputs, evidence_saved = _save(ov, qmodel, job, "NNCF",
+                                            "The model may contain no quantizable ops (Convolution, MatMul...).")
     return FormatResult(
         model_file=XML_FILE, inputs=inputs, outputs=outputs, extra_files=[(BIN_FILE, "weights")], precision="int8",
         tools={"openvino": ov.get_version(), "nncf": nncf.__version__},
@@ -232,16 +246,12 @@ def _untaken_branch(job: ConvertJob, ov) -> FormatResult:
     quantize it instead.
 
     Raises:
-        ConversionError: the source has no ONNX form, or either step failed.
+        ConversionError: either step failed, or OpenVINO's reading holds no int8 quantizer.
     """
     import dataclasses
 
     from . import onnx_qdq
 
-    if job.source.format not in ("onnx", "keras", "savedmodel"):
-        raise ConversionError("NNCF calibrates each branch of an If on the samples that take it, and no calibration "
-                              "sample took one of the branches of this model's If.",
-                              "Add calibration samples that take every branch (positives as well as negatives).")
     job.log("NNCF refused an If branch no calibration sample took: quantizing with ONNX Runtime, the branches float")
     # Weights in 7 bits (ORT's reduce_range), as NNCF's overflow fix makes them: x86 CPUs without
     # VNNI would saturate full-range int8 products (see targets.NNCFConfig.overflow_fix).
@@ -250,21 +260,14 @@ def _untaken_branch(job: ConvertJob, ov) -> FormatResult:
     sub = dataclasses.replace(job, workdir=Path(job.scratch) / "onnx-qdq-for-openvino", cache={}, recipe=recipe)
     sub.workdir.mkdir(parents=True, exist_ok=True)
     qdq = onnx_qdq.convert(sub)
+    hint = "Add calibration samples that take every branch of the If, so that NNCF can quantize it."
     try:
         qmodel = ov.Core().read_model(str(sub.workdir / qdq.model_file))
-        for port, spec in zip(qmodel.outputs, job.source.outputs):
-            if spec.name not in port.get_names():
-                port.get_tensor().set_names({spec.name})
+        _source_output_names(qmodel, job)
         stable_names(qmodel)
     except Exception as exc:  # noqa: BLE001 - OpenVINO raises C++ exceptions as RuntimeError subclasses
-        raise ConversionError(f"OpenVINO could not read the ONNX Runtime QDQ model: {str(exc).strip()[:300]}",
-                              "Add calibration samples that take every branch of the If, so that NNCF can quantize it.") from None
-    evidence = int8_evidence(qmodel)
-    if not evidence["FakeQuantize"]:
-        raise ConversionError(f"OpenVINO read the QDQ model without int8 quantizers ({evidence}).",
-                              "Add calibration samples that take every branch of the If, so that NNCF can quantize it.")
-    inputs, outputs = _specs(qmodel)
-    ov.save_model(qmodel, str(job.workdir / XML_FILE), compress_to_fp16=False)
+        raise ConversionError(f"OpenVINO could not read the ONNX Runtime QDQ model: {str(exc).strip()[:300]}", hint) from None
+    inputs, outputs, evidence_saved = _save(ov, qmodel, job, "OpenVINO's reading of the QDQ model", hint)
     qdq_opts = qdq.backend_options["onnx_qdq"]
     return FormatResult(
         model_file=XML_FILE, inputs=inputs, outputs=outputs, extra_files=[(BIN_FILE, "weights")], precision="int8",
@@ -277,7 +280,7 @@ def _untaken_branch(job: ConvertJob, ov) -> FormatResult:
                                       "activation_dtype": qdq_opts["activation_dtype"],
                                       "per_channel": qdq_opts["per_channel"], "weights_7bit": reduce,
                                       "float_nodes": qdq_opts["float_nodes"],
-                                      "int8_evidence": int8_evidence(ov.Core().read_model(str(job.workdir / XML_FILE))),
+                                      "int8_evidence": evidence_saved,
                                       "weights_compressed_to_fp16": False}},
     )
 

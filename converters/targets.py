@@ -45,9 +45,9 @@ class NNCFConfig:
             Cascade Lake; many edge boxes) multiply u8 x s8 pairs into saturating int16 sums, so
             with full-range weights the same IR computes different numbers there than on a VNNI
             CPU (BlazePalm full on an AVX2 host: gate score error 0.09 -> 0.19 with NNCF's
-            default, which halves only the first layer). Half-range weights never saturate:
-            one IR, the same numbers on every x86 CPU, and a gate that means the same whichever
-            host ran it. ``None`` elsewhere (NNCF's default for the device).
+            default, which halves only the first layer). Half-range weights cannot saturate those
+            sums, so a CPU without VNNI computes the IR without clipping, as a VNNI CPU does
+            (measured only on an AVX2 host; no VNNI host was at hand to compare numbers). ``None`` elsewhere (NNCF's default for the device).
     """
 
     target_device: str
