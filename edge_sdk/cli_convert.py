@@ -32,7 +32,8 @@ from .errors import ConversionError
 @click.option("--recover", type=click.Choice(["off", "calibration", "mixed"]), default="mixed", show_default=True,
               help="When a format fails its gate: try calibration alternatives, then keep the most sensitive layers float.")
 @click.option("--recover-budget", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
-              help="Time one format's recovery may take (default: twice its first candidate's time, at least 20 s).")
+              help="Wall time one format's recovery may take (default: twice its first candidate's work, "
+                   "counted in CPU seconds, at least 20).")
 @click.option("--float-nodes", "float_nodes", multiple=True, metavar="PATTERN",
               help="Keep these layers float: node names or op types, shell patterns. Repeatable.")
 @click.option("--calib-method", type=click.Choice(["minmax", "percentile", "entropy"]), default=None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -88,7 +89,8 @@ class _Clock:
     def time_left(self) -> float:
         return self.budget - (len(self.steps) - 1)
 
-    estimate, fits = Loop.estimate, Loop.fits
+    key = "seconds"
+    estimate, fits, cost = Loop.estimate, Loop.fits, Loop.cost
 
 
 def _search(threshold: int | None, counts=(2, 3, 4, 6, 8, 12, 16, 24, 32, 48), budget: float = 100,
@@ -251,3 +253,93 @@ def test_median_ranges_cut_a_few_samples_outliers():
     assert ranges["median"] == (-1.0, 1.0)
     lo, hi = ranges["percentile"]  # per-sample extremes averaged: the spike still pulls it
     assert lo == -1.0 and 1.0 < hi < 40.0
+
+
+@pytest.mark.parametrize("kind", ["normal", "relu", "heavy", "constant", "few_distinct", "inf", "nan", "small"])
+def test_percentile_tails_are_exactly_what_a_full_partition_gives(kind):
+    """The percentile statistics select each sample's tail values without partitioning the whole
+    tensor; the values must be the full partition's, bit for bit, whatever the distribution."""
+    from edge_sdk.converters.tflite_native import PERCENTILE_TAIL, tail_values
+
+    rng = np.random.default_rng(3)
+    n = 300_000 if kind != "small" else 9_000
+    x = rng.standard_normal(n).astype(np.float32)
+    if kind == "relu":
+        x = np.maximum(x, 0)
+    elif kind == "heavy":
+        x = rng.standard_cauchy(n).astype(np.float32)
+    elif kind == "constant":
+        x = np.full(n, 2.5, np.float32)
+    elif kind == "few_distinct":
+        x = rng.integers(0, 3, n).astype(np.float32)
+    elif kind == "inf":
+        x[rng.integers(0, n, 5)] = np.inf
+        x[rng.integers(0, n, 5)] = -np.inf
+    elif kind == "nan":
+        x[rng.integers(0, n, 50)] = np.nan
+    k = int(PERCENTILE_TAIL * n) or 1
+    part = np.partition(x, (k, n - 1 - k))
+    got = tail_values(x, k, nan=kind == "nan")
+    assert np.array_equal(np.array(got), np.array([part[k], part[n - 1 - k]], np.float64), equal_nan=True), (got, part[k], part[n - 1 - k])
+
+
+def test_remembered_weight_scales_quantize_exactly_as_onnx_runtime_does(tmp_path):
+    """Recovery candidates reuse each initializer's scale and zero point (ORT computes them channel
+    by channel in Python): the second candidate, with other layers float and other ranges, must be
+    byte for byte what a fresh ONNX Runtime quantizer writes."""
+    import onnx
+    from onnxruntime.quantization import QuantType
+    from onnxruntime.quantization.calibrate import TensorData, TensorsData, CalibrationMethod
+    from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
+    from onnxruntime.quantization.quant_utils import load_model_with_shape_infer
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    from edge_sdk.converters.onnx_qdq import _memo_quantizer
+    src = Path(__file__).resolve().parents[1] / "examples" / "digits" / "digits_cnn.onnx"
+    prepped = tmp_path / "prepped.onnx"
+    quant_pre_process(str(src), str(prepped))
+    model = onnx.load(str(prepped))
+    inits = {i.name for i in model.graph.initializer}
+    acts = {t for n in model.graph.node for t in [*n.input, *n.output] if t and t not in inits}
+    rng = np.random.default_rng(0)
+
+    def ranges(scale):
+        return TensorsData(CalibrationMethod.MinMax, {t: TensorData(lowest=np.float32(-scale * rng.uniform(0.5, 1)),
+                                                                  highest=np.float32(scale * rng.uniform(0.5, 1)))
+                                                      for t in sorted(acts)})
+
+    convs = [n.name for n in model.graph.node if n.op_type in ("Conv", "Gemm", "MatMul")]
+    memo: dict = {}
+    written = []
+    for excluded, r in (([], ranges(4.0)), (convs[:1], ranges(6.0))):
+        outs = []
+        for cls in (QDQQuantizer, _memo_quantizer(QDQQuantizer, memo)):
+            q = cls(load_model_with_shape_infer(prepped), True, False, QuantType.QInt8, QuantType.QInt8, r, [], excluded,
+                    ["Conv", "Gemm", "MatMul", "Relu", "MaxPool", "Add"], {"ActivationSymmetric": True, "WeightSymmetric": True})
+            q.quantize_model()
+            outs.append(q.model.model.SerializeToString())
+        assert outs[0] == outs[1]
+        written.append(outs[1])
+    assert memo and written[0] != written[1]  # the memo was used, and the candidates differ
+
+
+def test_the_default_budget_counts_work_and_a_users_budget_counts_wall_time(tmp_path):
+    """The default budget (twice the baseline's work) is counted in CPU seconds, so a machine busy
+    with something else slows the baseline and the steps alike and the search is the same; a
+    --recover-budget is what the user asked: wall seconds."""
+    import time
+
+    from edge_sdk.converters.recovery import cpu_seconds
+
+    ctx = SimpleNamespace(prep=SimpleNamespace(shared={}), scratch=tmp_path)
+    default, given = Loop(ctx, "onnx-qdq", RecoveryConfig()), Loop(ctx, "onnx-qdq", RecoveryConfig(budget_s=60))
+    assert default.clock is cpu_seconds and default.key == "cpu_s" and given.key == "seconds"
+    c0, w0 = default.clock(), given.clock()
+    time.sleep(0.3)  # waiting (a busy machine's other work) costs wall time, not this process's CPU
+    assert default.clock() - c0 < 0.1 and given.clock() - w0 >= 0.3
+    x = np.random.default_rng(0).standard_normal((400, 400))
+    c0 = default.clock()
+    while default.clock() - c0 < 0.2:  # work is counted
+        x = x @ x.T / 400
+    step = {"recipe": "r", "seconds": 5.0, "cpu_s": 2.0}
+    assert default.cost(step) == 2.0 and given.cost(step) == 5.0

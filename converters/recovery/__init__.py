@@ -18,8 +18,10 @@ When a format's baseline candidate fails its gate (``--recover``, default ``mixe
    float layer is a precision constraint (recorded for the engine build). Last, the op types
    that gather the most noise (not on the Edge TPU).
 
-It keeps the time budget (``--recover-budget``; default twice the baseline's own time, at
-least 20 s): a step starts only when its estimated time fits in what is left. When nothing
+It keeps the time budget (``--recover-budget`` seconds of wall time; by default twice the
+baseline's own work, counted in CPU seconds of this process and its children, at least 20, so
+that the search a conversion makes does not depend on what else the machine is running): a step
+starts only when its estimated time fits in what is left. When nothing
 passes, the best candidate's figures and the report are what the user gets, and the candidate
 is kept for inspection. The chosen recipe, every step with its time, the
 figures before and after, and size and local p50 before and after go into the manifest.
@@ -28,6 +30,7 @@ figures before and after, and size and local p50 before and after go into the ma
 from __future__ import annotations
 
 import fnmatch
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,6 +130,7 @@ class Recovery:
     ranking: list[LayerError] = field(default_factory=list)
     seconds: float = 0.0
     budget_s: float = 0.0
+    budget_clock: str = "wall"
     stopped: str = ""
     compute: dict[str, Any] | None = None
 
@@ -136,7 +140,8 @@ class Recovery:
 
         c, b = self.chosen, self.baseline
         rec = {"recipe": c.recipe.to_dict(c.facts["job"].profile), "passed": c.passed, "steps": self.steps,
-               "seconds": round(self.seconds, 1), "budget_s": round(self.budget_s, 1), "stopped": self.stopped,
+               "seconds": round(self.seconds, 1), "budget_s": round(self.budget_s, 1),
+               "budget_clock": self.budget_clock, "stopped": self.stopped,
                "before": acc.format_metrics(b.report["outputs"]), "after": acc.format_metrics(c.report["outputs"]),
                "size_before": b.size(), "size_after": c.size()}
         if c is not b:
@@ -313,11 +318,24 @@ def _say_float_compute(loop: "Loop", rec: "Recovery") -> None:
             "(see size and p50 before/after in backend_options.recovery)")
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process (every thread) and of the children it waited for."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 class Loop:
-    """Makes candidates for one format under a budget, keeps the best, writes the log."""
+    """Makes candidates for one format under a budget, keeps the best, writes the log.
+
+    The budget's clock: wall time when the user gave ``--recover-budget`` (what they asked for),
+    else CPU time (the default budget is relative to the baseline's own work: counted in CPU
+    seconds, a busy machine slows the baseline and the steps alike and the search is the same)."""
 
     def __init__(self, ctx: "BuildContext", fmt: str, cfg: RecoveryConfig):
         self.ctx, self.fmt, self.cfg = ctx, fmt, cfg
+        self.cpu = cfg.budget_s is None
+        self.clock = cpu_seconds if self.cpu else time.perf_counter
+        self.key, self.unit = ("cpu_s", "CPU s") if self.cpu else ("seconds", "s")
         self.cache = {"shared": ctx.prep.shared, "dir": ctx.scratch / fmt}
         (ctx.scratch / fmt).mkdir(parents=True, exist_ok=True)
         self.count = 0
@@ -340,30 +358,35 @@ class Loop:
     def make(self, recipe: Recipe) -> Candidate | None:
         folder = self.ctx.scratch / self.fmt / f"candidate-{self.count}"
         self.count += 1
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_seconds()
         try:
             cand = make_candidate(self.ctx, self.fmt, recipe, folder, self.cache)
         except ConversionError as exc:
             if self.count == 1:
                 raise
-            self.steps.append({"recipe": recipe.name, "seconds": round(time.perf_counter() - t0, 2), "passed": False,
-                               "error": exc.message})
+            self.steps.append({"recipe": recipe.name, "seconds": round(time.perf_counter() - t0, 2),
+                               "cpu_s": round(cpu_seconds() - c0, 2), "passed": False, "error": exc.message})
             self.ctx.say(f"{self.fmt}: recovery step '{recipe.name}' could not convert: {exc.message}")
             return None
-        self.steps.append(cand.step())
+        self.steps.append({**cand.step(), "cpu_s": round(cpu_seconds() - c0, 2)})
         if self.count > 1:
             self.ctx.say(f"{self.fmt}: recovery '{recipe.name}' ({cand.seconds:.1f} s): "
                          + ("passed" if cand.passed else f"score {cand.score:+.3f}") + f"; {cand.step()['figures']}")
         return cand
 
     def time_left(self) -> float:
-        return self.deadline - time.perf_counter()
+        """What is left of the budget, in the budget's clock."""
+        return self.deadline - self.clock()
+
+    def cost(self, step: dict[str, Any]) -> float:
+        """What a step took, in the budget's clock."""
+        return step.get(self.key, step["seconds"])
 
     def estimate(self) -> float:
         """What the next candidate will take: the longest recovery candidate so far (they reuse
         the calibration statistics the baseline computed), else the baseline's own time."""
-        made = [s["seconds"] for s in self.steps[1:] if "skipped" not in s and "ranking" not in s]
-        return max(made) if made else self.steps[0]["seconds"]
+        made = [self.cost(s) for s in self.steps[1:] if "skipped" not in s and "ranking" not in s]
+        return max(made) if made else self.cost(self.steps[0])
 
     def fits(self, candidates: int = 1) -> bool:
         """Whether the next ``candidates`` steps, at their estimate, end before the deadline: the
@@ -393,9 +416,10 @@ def convert_format(ctx: "BuildContext", fmt: str, cfg: RecoveryConfig) -> Recove
     base = loop.make(recipe)
     assert base is not None  # the first candidate raises instead
     rec = Recovery(fmt, base, base)
-    budget = cfg.budget_s if cfg.budget_s is not None else max(MIN_BUDGET_S, BUDGET_FACTOR * base.seconds)
-    loop.deadline = time.perf_counter() + budget
-    rec.budget_s = budget
+    base_cost = loop.cost(loop.steps[0])
+    budget = cfg.budget_s if cfg.budget_s is not None else max(MIN_BUDGET_S, BUDGET_FACTOR * base_cost)
+    loop.deadline = loop.clock() + budget
+    rec.budget_s, rec.budget_clock = budget, "cpu" if loop.cpu else "wall"
     if cfg.mode == "explain":  # rank the layers and measure the top ones' gain; publish nothing different
         _explain(ctx, loop, base, rec)
         rec.steps, rec.seconds = loop.steps, time.perf_counter() - t0
@@ -404,18 +428,19 @@ def convert_format(ctx: "BuildContext", fmt: str, cfg: RecoveryConfig) -> Recove
         rec.steps, rec.seconds = loop.steps, time.perf_counter() - t0
         _say_float_compute(loop, rec)
         return rec
-    ctx.say(f"{fmt}: gate failed; recovering ({cfg.mode}, budget {budget:.0f} s)")
+    ctx.say(f"{fmt}: gate failed; recovering ({cfg.mode}, budget {budget:.0f} {loop.unit})")
     best = base
     for alt, cost in ALTERNATIVES.get(fmt, []):
         if alt.calibration == base.recipe.method(ctx.profile) and not alt.options:
             continue
         if alt.option("model_type") == "transformer" and not _transformer(loop):
-            loop.steps.append({"recipe": alt.name, "seconds": 0.0, "passed": False,
+            loop.steps.append({"recipe": alt.name, "seconds": 0.0, "cpu_s": 0.0, "passed": False,
                                "skipped": "no activation x activation matmul: SmoothQuant has nothing to smooth"})
             continue
-        if loop.time_left() < cost * base.seconds:
-            loop.steps.append({"recipe": alt.name, "seconds": 0.0, "passed": False,
-                               "skipped": f"estimated {cost * base.seconds:.0f} s > {max(loop.time_left(), 0):.0f} s left"})
+        if loop.time_left() < cost * base_cost:
+            loop.steps.append({"recipe": alt.name, "seconds": 0.0, "cpu_s": 0.0, "passed": False,
+                               "skipped": f"estimated {cost * base_cost:.0f} {loop.unit} > "
+                                          f"{max(loop.time_left(), 0):.0f} {loop.unit} left"})
             continue
         cand = loop.make(Recipe(calibration=alt.calibration, options=alt.options, float_nodes=base.recipe.float_nodes,
                                 float_ops=base.recipe.float_ops, name=alt.name, why=base.recipe.why))
@@ -483,7 +508,7 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
     if not loop.fits():  # the ranking runs both models with every tensor exposed: about a candidate's time
         rec.stopped = "time budget"
         return best
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), cpu_seconds()
     try:
         ranking = layer_errors(best, ctx.prep.calib.holdout)
     except ConversionError as exc:
@@ -492,7 +517,7 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
         return best
     finally:
         loop.steps.append({"recipe": "sensitivity ranking", "seconds": round(time.perf_counter() - t0, 2),
-                           "passed": False, "ranking": True})
+                           "cpu_s": round(cpu_seconds() - c0, 2), "passed": False, "ranking": True})
     if fmt == "tflite-int8" and tflite_config(ctx.profile).float_only_in_cpu_tail and ranking:  # only the CPU tail
         last = max(e.index for e in ranking)
         ranking = [e for e in ranking if e.index >= EDGETPU_MIN_SHARE * last]

@@ -22,7 +22,8 @@ def report_data(fmt: str, profile: str, rec: "Recovery") -> dict[str, Any]:
     chosen = rec.chosen
     return {"format": fmt, "profile": profile, "passed": chosen.passed, "chosen": chosen.recipe.name,
             "float_nodes": list(chosen.recipe.float_nodes), "calibration": chosen.recipe.method(chosen.facts["job"].profile),
-            "seconds": round(rec.seconds, 1), "budget_s": round(rec.budget_s, 1), "stopped": rec.stopped,
+            "seconds": round(rec.seconds, 1), "budget_s": round(rec.budget_s, 1), "budget_clock": rec.budget_clock,
+            "stopped": rec.stopped,
             "steps": rec.steps, "layers": [e.to_dict() for e in rec.ranking]}
 
 
@@ -30,13 +31,14 @@ def markdown(data: dict[str, Any], top: int = 30) -> str:
     lines = [f"# Sensitivity of {data['format']} for {data['profile']}", "",
              f"Result: **{'passed' if data['passed'] else 'failed'}** with recipe `{data['chosen']}`"
              + (f", float layers: {', '.join('`' + n + '`' for n in data['float_nodes'])}" if data["float_nodes"] else "")
-             + f". Recovery took {data['seconds']} s of a {data['budget_s']} s budget"
+             + f". Recovery took {data['seconds']} s; its budget was {data['budget_s']} "
+             + ("CPU seconds (twice the baseline's work)" if data.get("budget_clock") == "cpu" else "s")
              + (f" (stopped: {data['stopped']})" if data["stopped"] else "") + ".", "",
-             "## Steps", "", "| recipe | seconds | verdict | score | figures |", "|---|---|---|---|---|"]
+             "## Steps", "", "| recipe | seconds | CPU s | verdict | score | figures |", "|---|---|---|---|---|---|"]
     for s in data["steps"]:
         verdict = ("pass" if s.get("passed") else "error: " + s["error"] if "error" in s else
                    "skipped: " + s["skipped"] if "skipped" in s else "layers ranked" if s.get("ranking") else "fail")
-        lines.append(f"| {s['recipe']} | {s['seconds']} | {verdict} | {s.get('score', '')} | {s.get('figures', '')[:200]} |")
+        lines.append(f"| {s['recipe']} | {s['seconds']} | {s.get('cpu_s', '')} | {verdict} | {s.get('score', '')} | {s.get('figures', '')[:200]} |")
     lines += ["", "## Layers, most sensitive first", "",
               "*own int8 noise*: the layer's output through its own int8 step (relative L2, worst channel) - what ranks "
               "it; *output error*: int8 vs float at its output, everything before it included; *gain*: the gate score's "
