@@ -37,3 +37,26 @@ def npy(tmp_path):
     p = tmp_path / "x.npy"
     np.save(p, ra.sample_inputs(1, seed=2)[0])
     return p
+
+
+@pytest.hookimpl(trylast=True)  # after -k/-m deselection: only what will run
+def pytest_collection_modifyitems(session, config, items):
+    """The real-model conversion matrices (tests/realmodels/background.py) start now, each in its
+    own process, and their tests move to the end of the session: they convert while the rest of
+    the suite runs, and their tests find them done or nearly."""
+    if config.option.collectonly:
+        return
+    sys.path.insert(0, str(REPO / "tests" / "realmodels"))
+    import background
+
+    sets = {}
+    for item in items:
+        name = background.MODULES.get(Path(str(item.fspath)).name)
+        if name:
+            sets.setdefault(name, []).append(item)
+    if not sets:
+        return
+    waiting = {id(i) for group in sets.values() for i in group}
+    items[:] = [i for i in items if id(i) not in waiting] + [i for group in sets.values() for i in group]
+    factory = getattr(config, "_tmp_path_factory", None)
+    background.start(sets, factory.mktemp("realmodels") if factory else None)

@@ -16,6 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import background  # noqa: E402
 import matrix  # noqa: E402
 
 pytestmark = [pytest.mark.realmodels, pytest.mark.slow]
@@ -24,10 +25,15 @@ CASES = {c.name: c for c in matrix.CASES}
 
 
 @pytest.fixture(scope="session")
-def results(tmp_path_factory):
-    """Every case converted once (the slow part), judged by gate and task."""
-    root = tmp_path_factory.mktemp("practice")
-    return matrix.run_all(matrix.CASES, root)
+def practice():
+    """Every case converted once (the slow part, in its own process from the session's start:
+    background.py), judged by gate and task; and the melspectrogram -> embedding pipeline."""
+    return background.result("practice")
+
+
+@pytest.fixture(scope="session")
+def results(practice):
+    return practice["cases"]
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -112,12 +118,11 @@ def test_onnx_int8_on_x86_computes_what_the_device_computes(results):
         assert "s8s8" in str(details), details
 
 
-def test_melspectrogram_to_embedding_pipeline(results):
+def test_melspectrogram_to_embedding_pipeline(practice):
     """openWakeWord's two ONNX models chained int8 end to end (issue #18): each profile's int8
     melspectrogram artifact feeds its int8 embedding artifact. Where both are published the chain
     does the embedding task; the melspectrogram's own gate agrees with its downstream task."""
-    root = Path(results[matrix.EMBEDDING_CASE]["work"]).parent
-    pipe = matrix.run_pipeline(root)
+    pipe = practice["pipeline"]
     assert {r["profile"] for r in pipe["rows"]} == {"intel-cpu", "jetson-orin", "arm-cpu"}, pipe["rows"]
     bad = [r for r in pipe["rows"] if r["published"] and not r["task_passed"] and not r["borderline"]]
     assert not bad, bad

@@ -11,6 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import background  # noqa: E402
 import wider  # noqa: E402
 
 pytestmark = [pytest.mark.realmodels, pytest.mark.slow]
@@ -19,9 +20,9 @@ CASES = {c.name: c for c in wider.CASES}
 
 
 @pytest.fixture(scope="session")
-def results(tmp_path_factory):
-    root = tmp_path_factory.mktemp("wider")
-    return wider.M.run_all(wider.CASES, root)
+def results():
+    """Every case converted once, in its own process from the session's start (background.py)."""
+    return background.result("wider")["cases"]
 
 
 @pytest.mark.parametrize("name", list(CASES))

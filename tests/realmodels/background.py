@@ -1,0 +1,101 @@
+"""The practice and wider conversion matrices, each in its own process, started as the test session
+starts so that they convert while the rest of the suite runs (``tests/conftest.py`` starts them and
+moves their tests to the end of the session; the tests' ``results`` fixtures wait for them).
+
+Each matrix is the same code the docs are generated with (``matrix.run_all``, ``run_pipeline``);
+only where it runs changes. Recovery's default budget counts CPU seconds, so a machine shared with
+the unit tests makes the same search (``converters/recovery``, ``Loop``).
+
+    python tests/realmodels/background.py practice|wider ROOT OUT.json
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+SETS = ("practice", "wider")
+#: Which test module reads which matrix.
+MODULES = {"test_practice.py": "practice", "test_wider.py": "wider"}
+
+_jobs: dict[str, dict[str, Any]] = {}
+
+
+def start(names: set[str] | list[str], base: Path | None = None) -> None:
+    """Start the matrices in ``names`` (once per session) in their own processes, each converting
+    under ``base/<name>`` (pytest's session temp folder; a new temp folder without one)."""
+    for name in sorted(set(names) - set(_jobs)):
+        if base is not None:
+            work = Path(base) / name
+            work.mkdir(parents=True, exist_ok=True)
+        else:
+            work = Path(tempfile.mkdtemp(prefix=f"edge-sdk-{name}-"))
+        log = open(work / "log.txt", "wb")  # noqa: SIM115 - closed when the job is collected
+        proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), name, str(work / "root"),
+                                 str(work / "out.json")], stdout=log, stderr=subprocess.STDOUT,
+                                cwd=str(HERE.parents[1]), env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        _jobs[name] = {"proc": proc, "work": work, "log": log, "started": time.time()}
+
+
+def result(name: str) -> dict[str, Any]:
+    """Wait for the matrix ``name`` (starting it if nobody did) and return what it wrote.
+
+    Raises:
+        RuntimeError: the matrix process failed; the message ends with its log's tail.
+    """
+    start([name])
+    job = _jobs[name]
+    if "data" in job:
+        return job["data"]
+    rc = job["proc"].wait()
+    job["log"].close()
+    out = job["work"] / "out.json"
+    if rc != 0 or not out.is_file():
+        tail = (job["work"] / "log.txt").read_text(errors="replace")[-6000:]
+        raise RuntimeError(f"the {name} matrix process exited with {rc} after "
+                           f"{time.time() - job['started']:.0f} s; its log ends:\n{tail}")
+    job["data"] = json.loads(out.read_text())
+    return job["data"]
+
+
+@atexit.register
+def _stop() -> None:
+    """A session that ends early (interrupted, -x) leaves no matrix converting behind it."""
+    for job in _jobs.values():
+        if job["proc"].poll() is None:
+            job["proc"].terminate()
+            try:
+                job["proc"].wait(30)
+            except subprocess.TimeoutExpired:
+                job["proc"].kill()
+
+
+def _run(name: str, root: Path, out: Path) -> None:
+    sys.path.insert(0, str(HERE))
+    import matrix
+
+    t0 = time.time()
+    if name == "practice":
+        cases = matrix.run_all(matrix.CASES, root)
+        data = {"cases": cases, "pipeline": matrix.run_pipeline(root)}
+    else:
+        import wider
+
+        data = {"cases": matrix.run_all(wider.CASES, root)}
+    data["seconds"] = round(time.time() - t0, 1)
+    tmp = out.with_suffix(".part")
+    tmp.write_text(json.dumps(data, default=str))
+    tmp.replace(out)
+    print(f"{name} matrix done in {data['seconds']} s", flush=True)
+
+
+if __name__ == "__main__":
+    _run(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]))
