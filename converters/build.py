@@ -141,7 +141,8 @@ def _build(ctx: BuildContext, final: Path, stage: Path) -> ProfileSummary:
     for f in results:
         status = "published" if f in passed else ("kept" if ctx.allow_drop else "gate_failed")
         why = "" if f in passed else "; ".join(reports[f]["failures"])
-        outcomes[f] = FormatOutcome(f, status, why, acc.format_metrics(reports[f]["outputs"]), results[f].route)  # type: ignore[arg-type]
+        outcomes[f] = FormatOutcome(f, status, why, acc.format_metrics(reports[f]["outputs"]), results[f].route,  # type: ignore[arg-type]
+                                    "" if f in passed else recs[f].advice)
     ordered = [outcomes[f] for f in ctx.profile.artifact.formats if f in outcomes]
     publish = list(results) if ctx.allow_drop else passed
     if not publish:

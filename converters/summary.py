@@ -30,6 +30,7 @@ class FormatOutcome:
         reason: Why it failed (empty when published).
         figures: The gate's one-line figures (when a gate ran).
         route: How the artifact was made.
+        advice: When the gate failed after recovery: what to try next, from what the search did.
     """
 
     format: str
@@ -37,6 +38,7 @@ class FormatOutcome:
     reason: str = ""
     figures: str = ""
     route: str = ""
+    advice: str = ""
 
 
 @dataclass
@@ -105,6 +107,9 @@ class ConvertSummary:
         widths = [max(len(r[i]) for r in rows) for i in range(3)]
         lines = [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}".rstrip() for r in rows]
         for p in self.profiles:
+            for o in p.outcomes:
+                if o.advice:
+                    lines.append(f"{p.profile} {o.format}: {o.advice}")
             if p.rejected:
                 lines.append(f"{p.profile}: rejected candidate kept for inspection in {p.rejected}")
         return lines

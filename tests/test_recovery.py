@@ -40,6 +40,7 @@ def test_plain_minmax_fails_on_the_outlier_layer(outlier, tmp_path):
     with pytest.raises(AccuracyGateError) as err:
         edge_sdk.convert(outlier["model"], PROFILES, tmp_path / "out", recover="off", **outlier["kw"])
     assert all(o.status == "gate_failed" for p in err.value.summary.profiles for o in p.outcomes)
+    assert all("--recover off" in o.advice for p in err.value.summary.profiles for o in p.outcomes)
 
 
 def test_recovery_passes_keeping_at_most_two_layers_float(outlier):
@@ -83,6 +84,8 @@ def test_calibration_mode_never_keeps_layers_float(outlier, tmp_path):
     steps = rejected.backend_options["recovery"]["onnx-qdq"]["steps"]
     assert [s["recipe"] for s in steps] == ["baseline", "percentile", "median min/max"]
     assert all(not s["float_nodes"] for s in steps) and "Accuracy gate failed" in err.value.message
+    assert "--recover mixed" in err.value.hint  # what to try next, from what the search did
+    assert "--recover mixed" in rejected.backend_options["recovery"]["onnx-qdq"]["advice"]
 
 
 def test_float_nodes_and_calib_method_escape_hatches_are_recorded(outlier, tmp_path):
@@ -95,12 +98,13 @@ def test_float_nodes_and_calib_method_escape_hatches_are_recorded(outlier, tmp_p
 
 
 def test_zero_budget_stops_after_the_baseline(outlier, tmp_path):
-    with pytest.raises(AccuracyGateError):
+    with pytest.raises(AccuracyGateError) as err:
         edge_sdk.convert(outlier["model"], "jetson-orin", tmp_path / "out", recover_budget=0, **outlier["kw"])
     # nothing beyond the baseline ran: the alternative is recorded as skipped, with why
     rejected = read_manifest(tmp_path / "out" / ".rejected" / "jetson-orin", allow_unpublished=True)
     steps = rejected.backend_options["recovery"]["onnx-qdq"]["steps"]
     assert steps[0]["recipe"] == "baseline" and all("skipped" in st for st in steps[1:]) and len(steps) == 3
+    assert "--recover-budget" in err.value.hint and err.value.hint.index("--recover-budget") < err.value.hint.index("alibrate")
 
 
 def test_collapsed_packed_head_recovered_by_keeping_its_concat_float(tmp_path):

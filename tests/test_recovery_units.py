@@ -343,3 +343,30 @@ def test_the_default_budget_counts_work_and_a_users_budget_counts_wall_time(tmp_
         x = x @ x.T / 400
     step = {"recipe": "r", "seconds": 5.0, "cpu_s": 2.0}
     assert default.cost(step) == 2.0 and given.cost(step) == 5.0
+
+
+def test_a_failed_search_says_what_to_try_next_from_what_it_did():
+    """When nothing passes, the advice follows the search: out of budget -> a larger budget; held
+    to calibration -> mixed; held to the Edge TPU's tail -> the loss is earlier; a finished search
+    that kept many layers float -> the loss is spread (QAT or float), never "try harder"."""
+    from edge_sdk.converters.recovery import advice
+
+    profiles = builtin_profiles()
+
+    def said(fmt="onnx-qdq", profile="jetson-orin", mode="mixed", stopped="", steps=None):
+        steps = steps or [{"recipe": "baseline", "seconds": 1.0},
+                          {"recipe": "mixed(12)", "seconds": 1.0, "float_nodes": [f"n{i}" for i in range(12)]},
+                          {"recipe": "sensitivity ranking", "seconds": 1.0, "ranking": True},
+                          {"recipe": "x", "seconds": 0.0, "skipped": "too slow", "float_nodes": list("abcdefghijklmnopqrstuvwxyz")}]
+        loop = SimpleNamespace(cfg=RecoveryConfig(mode=mode), steps=steps, fmt=fmt, unit="CPU s",
+                               graph=lambda: (_ for _ in ()).throw(RuntimeError("no graph")))
+        rec = SimpleNamespace(stopped=stopped, budget_s=40.0)
+        return advice(SimpleNamespace(profile=profiles[profile]), loop, rec)
+
+    assert "--recover-budget" in said(stopped="time budget") and "12 layer(s) float" in said(stopped="time budget")
+    assert "--recover mixed" in said(mode="calibration")
+    assert "--float-nodes" in said(stopped="no sensitivity ranking")
+    assert "Edge TPU" in said(fmt="tflite-int8", profile="coral-edgetpu")
+    spread = said()
+    assert "spread through the network" in spread and "quantization-aware training" in spread and "12 layer(s)" in spread
+    assert "Edge TPU" not in said(fmt="tflite-int8", profile="arm-cpu")

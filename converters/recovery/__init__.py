@@ -132,6 +132,7 @@ class Recovery:
     budget_s: float = 0.0
     budget_clock: str = "wall"
     stopped: str = ""
+    advice: str = ""
     compute: dict[str, Any] | None = None
 
     def record(self, feed) -> dict[str, Any]:
@@ -141,7 +142,7 @@ class Recovery:
         c, b = self.chosen, self.baseline
         rec = {"recipe": c.recipe.to_dict(c.facts["job"].profile), "passed": c.passed, "steps": self.steps,
                "seconds": round(self.seconds, 1), "budget_s": round(self.budget_s, 1),
-               "budget_clock": self.budget_clock, "stopped": self.stopped,
+               "budget_clock": self.budget_clock, "stopped": self.stopped, "advice": self.advice,
                "before": acc.format_metrics(b.report["outputs"]), "after": acc.format_metrics(c.report["outputs"]),
                "size_before": b.size(), "size_after": c.size()}
         if c is not b:
@@ -427,6 +428,9 @@ def convert_format(ctx: "BuildContext", fmt: str, cfg: RecoveryConfig) -> Recove
     if base.passed or cfg.mode == "off" or not ctx.prep.calib.calibrated:
         rec.steps, rec.seconds = loop.steps, time.perf_counter() - t0
         _say_float_compute(loop, rec)
+        if not base.passed and cfg.mode == "off" and ctx.prep.calib.calibrated:
+            rec.advice = ("recovery was off (--recover off); by default it tries the calibration alternatives and "
+                          "keeps the most sensitive layers float")
         return rec
     ctx.say(f"{fmt}: gate failed; recovering ({cfg.mode}, budget {budget:.0f} {loop.unit})")
     best = base
@@ -453,9 +457,41 @@ def convert_format(ctx: "BuildContext", fmt: str, cfg: RecoveryConfig) -> Recove
     rec.chosen = best
     rec.steps, rec.seconds = loop.steps, time.perf_counter() - t0
     _say_float_compute(loop, rec)
+    if not best.passed:
+        rec.advice = advice(ctx, loop, rec)
+        ctx.say(f"{fmt}: {rec.advice}")
     ctx.say(f"{fmt}: recovery {'found a passing candidate' if best.passed else 'found nothing that passes'} "
             f"({best.recipe.name}) in {rec.seconds:.0f} s")
     return rec
+
+
+def advice(ctx: "BuildContext", loop: Loop, rec: Recovery) -> str:
+    """What the user can do next when recovery found nothing that passes, said from what the
+    search did: ran out of budget, was told to stop at calibration, was held to the Edge TPU's
+    CPU tail, or kept many layers float and still failed (the loss is spread through the network:
+    per-tensor post-training int8 cannot hold it; PicoDet-LCNet's layout detector is one)."""
+    cfg = loop.cfg
+    made = [s for s in loop.steps[1:] if "skipped" not in s and "ranking" not in s and "error" not in s]
+    most = max((len(s.get("float_nodes") or []) for s in made), default=0)
+    if rec.stopped.startswith("time budget"):
+        return (f"recovery stopped at its budget ({rec.budget_s:.0f} {loop.unit}) after {len(made)} candidate(s), "
+                f"the largest keeping {most} layer(s) float; --recover-budget SECONDS lets it search further")
+    if cfg.mode == "calibration":
+        return "only calibration alternatives were tried (--recover calibration); --recover mixed also keeps the most sensitive layers float"
+    if rec.stopped:
+        return f"recovery could not search layer by layer ({rec.stopped}); --float-nodes PATTERN keeps layers float by name or op type"
+    if loop.fmt == "tflite-int8" and tflite_config(ctx.profile).float_only_in_cpu_tail:
+        return (f"on the Edge TPU only the graph's tail may stay float (a float layer ends what the TPU runs); with up to "
+                f"{most} tail layer(s) float it still fails: the loss is earlier in the graph, which this target must run int8")
+    try:
+        total = sum(1 for _, op in _graph_names(loop.graph()) if op in COMPUTE_OPS)
+    except Exception:  # noqa: BLE001 - a figure for the advice only
+        total = 0
+    of = f" of its {total} convolutions/matmuls" if total else ""
+    return (f"no calibration alternative and no set of up to {most} layer(s){of} kept float passes: the int8 loss is "
+            "spread through the network rather than in a few layers, which per-tensor post-training int8 cannot hold; "
+            "quantization-aware training, or running this model in float on this device, is the way "
+            "(--float-nodes PATTERN keeps more layers float, at their cost)")
 
 
 def _explain(ctx: "BuildContext", loop: Loop, base: Candidate, rec: Recovery) -> None:

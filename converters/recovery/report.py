@@ -23,7 +23,7 @@ def report_data(fmt: str, profile: str, rec: "Recovery") -> dict[str, Any]:
     return {"format": fmt, "profile": profile, "passed": chosen.passed, "chosen": chosen.recipe.name,
             "float_nodes": list(chosen.recipe.float_nodes), "calibration": chosen.recipe.method(chosen.facts["job"].profile),
             "seconds": round(rec.seconds, 1), "budget_s": round(rec.budget_s, 1), "budget_clock": rec.budget_clock,
-            "stopped": rec.stopped,
+            "stopped": rec.stopped, "advice": rec.advice,
             "steps": rec.steps, "layers": [e.to_dict() for e in rec.ranking]}
 
 
@@ -33,7 +33,8 @@ def markdown(data: dict[str, Any], top: int = 30) -> str:
              + (f", float layers: {', '.join('`' + n + '`' for n in data['float_nodes'])}" if data["float_nodes"] else "")
              + f". Recovery took {data['seconds']} s; its budget was {data['budget_s']} "
              + ("CPU seconds (twice the baseline's work)" if data.get("budget_clock") == "cpu" else "s")
-             + (f" (stopped: {data['stopped']})" if data["stopped"] else "") + ".", "",
+             + (f" (stopped: {data['stopped']})" if data["stopped"] else "") + "."
+             + (f" Next: {data['advice']}." if data.get("advice") else ""), "",
              "## Steps", "", "| recipe | seconds | CPU s | verdict | score | figures |", "|---|---|---|---|---|---|"]
     for s in data["steps"]:
         verdict = ("pass" if s.get("passed") else "error: " + s["error"] if "error" in s else
