@@ -10,6 +10,8 @@ manifest and runs the accuracy gate. Format converters never write manifests the
 
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -24,6 +26,23 @@ from edge_sdk.registry import Registry
 
 SourceFormat = Literal["onnx", "savedmodel", "keras", "tflite"]
 Feed = dict[str, np.ndarray]
+
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process (every thread) and of the children it waited for."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def reuse(job: "ConvertJob", what: str, cost: dict[str, float]) -> None:
+    """Record that ``job`` reused work another profile did (``cost``: its ``seconds`` and
+    ``cpu_s``). Recovery's default budget counts it as the baseline's own, so that a profile's
+    search does not shrink because another profile converted first."""
+    credit = job.cache.setdefault("reused", {"what": [], "seconds": 0.0, "cpu_s": 0.0})
+    credit["what"].append(what)
+    credit["seconds"] += cost["seconds"]
+    credit["cpu_s"] += cost["cpu_s"]
 
 
 @dataclass

@@ -15,6 +15,7 @@ import hashlib
 
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ from edge_sdk._deps import require, version_of
 from edge_sdk.errors import ConversionError
 from edge_sdk.manifest import TensorSpec
 
-from .base import ConvertJob, FormatResult
+from .base import ConvertJob, FormatResult, cpu_seconds, reuse
 from .targets import TENSORRT_OPTIONS
 from .tflite_native import RANGE_METHODS, RangeStats
 
@@ -184,8 +185,10 @@ def _activation_stats(job: ConvertJob, prepped: Path) -> dict[str, dict[str, tup
     shared = job.cache.setdefault("shared", {}).setdefault("qdq_stats", {})
     if digest.hexdigest() in shared:
         job.log("activation statistics: the same float model and feeds as another profile's, reused")
-        job.cache["qdq_stats"] = shared[digest.hexdigest()]
+        job.cache["qdq_stats"], cost = shared[digest.hexdigest()]
+        reuse(job, "ONNX activation statistics", cost)
         return job.cache["qdq_stats"]
+    t0, c0 = time.perf_counter(), cpu_seconds()
     onnx = require("onnx", "int8 ONNX conversion")
     ort = require("onnxruntime", "int8 ONNX conversion")
     from onnx import TensorProto, helper
@@ -213,7 +216,9 @@ def _activation_stats(job: ConvertJob, prepped: Path) -> dict[str, dict[str, tup
             v = values.get(t)
             if v is not None and np.size(v):
                 acc[t].add(np.asarray(v, np.float32))  # float16 widened exactly; float32 as computed
-    job.cache["qdq_stats"] = shared[digest.hexdigest()] = {t: a.ranges() for t, a in acc.items() if a.mins}
+    job.cache["qdq_stats"] = {t: a.ranges() for t, a in acc.items() if a.mins}
+    shared[digest.hexdigest()] = (job.cache["qdq_stats"], {"seconds": time.perf_counter() - t0,
+                                                            "cpu_s": cpu_seconds() - c0})
     return job.cache["qdq_stats"]
 
 

@@ -30,7 +30,6 @@ figures before and after, and size and local p50 before and after go into the ma
 from __future__ import annotations
 
 import fnmatch
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from edge_sdk.errors import ConversionError, InputValidationError
 
-from ..base import Recipe
+from ..base import Recipe, cpu_seconds
 from ..targets import tflite_config
 from .candidates import Candidate, copy_into, local_p50_ms, make_candidate
 from .sensitivity import LayerError, layer_errors
@@ -319,12 +318,6 @@ def _say_float_compute(loop: "Loop", rec: "Recovery") -> None:
             "(see size and p50 before/after in backend_options.recovery)")
 
 
-def cpu_seconds() -> float:
-    """CPU time of this process (every thread) and of the children it waited for."""
-    t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
-
-
 class Loop:
     """Makes candidates for one format under a budget, keeps the best, writes the log.
 
@@ -418,6 +411,11 @@ def convert_format(ctx: "BuildContext", fmt: str, cfg: RecoveryConfig) -> Recove
     assert base is not None  # the first candidate raises instead
     rec = Recovery(fmt, base, base)
     base_cost = loop.cost(loop.steps[0])
+    reused = loop.cache.get("reused")
+    if reused:  # work another profile did for this baseline (its statistics): the budget counts it
+        loop.steps[0]["reused"] = {"what": reused["what"], "seconds": round(reused["seconds"], 2),
+                                   "cpu_s": round(reused["cpu_s"], 2)}
+        base_cost += reused[loop.key]
     budget = cfg.budget_s if cfg.budget_s is not None else max(MIN_BUDGET_S, BUDGET_FACTOR * base_cost)
     loop.deadline = loop.clock() + budget
     rec.budget_s, rec.budget_clock = budget, "cpu" if loop.cpu else "wall"
