@@ -325,7 +325,7 @@ def test_remembered_weight_scales_quantize_exactly_as_onnx_runtime_does(tmp_path
 
 def test_the_default_budget_counts_work_and_a_users_budget_counts_wall_time(tmp_path):
     """The default budget (twice the baseline's work) is counted in CPU seconds, so a machine busy
-    with something else slows the baseline and the steps alike and the search is the same; a
+    with something else moves the baseline and the steps far less than in wall time; a
     --recover-budget is what the user asked: wall seconds."""
     import time
 
@@ -370,3 +370,19 @@ def test_a_failed_search_says_what_to_try_next_from_what_it_did():
     spread = said()
     assert "spread through the network" in spread and "quantization-aware training" in spread and "12 layer(s)" in spread
     assert "Edge TPU" not in said(fmt="tflite-int8", profile="arm-cpu")
+
+
+def test_the_budgets_floor_is_wall_seconds_at_the_baselines_parallelism(tmp_path):
+    """At least 20 s of search: in CPU seconds that is 20 x the threads the baseline kept busy (a
+    many-core workstation must not get a floor of a second or two), and never less than 20."""
+    from edge_sdk.converters.recovery import MIN_BUDGET_S, min_budget
+
+    ctx = SimpleNamespace(prep=SimpleNamespace(shared={}), scratch=tmp_path)
+    loop = Loop(ctx, "onnx-qdq", RecoveryConfig())
+    loop.steps = [{"recipe": "baseline", "seconds": 2.0, "cpu_s": 24.0}]  # 12 threads busy
+    assert min_budget(loop) == 12 * MIN_BUDGET_S
+    loop.steps = [{"recipe": "baseline", "seconds": 2.0, "cpu_s": 1.2}]  # a busy machine: less than a core
+    assert min_budget(loop) == MIN_BUDGET_S
+    wall = Loop(ctx, "onnx-qdq", RecoveryConfig(budget_s=5))
+    wall.steps = [{"recipe": "baseline", "seconds": 2.0, "cpu_s": 24.0}]
+    assert min_budget(wall) == MIN_BUDGET_S

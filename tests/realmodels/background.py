@@ -3,8 +3,8 @@ starts so that they convert while the rest of the suite runs (``tests/conftest.p
 moves their tests to the end of the session; the tests' ``results`` fixtures wait for them).
 
 Each matrix is the same code the docs are generated with (``matrix.run_all``, ``run_pipeline``);
-only where it runs changes. Recovery's default budget counts CPU seconds, so a machine shared with
-the unit tests makes the same search (``converters/recovery``, ``Loop``).
+only where it runs changes. Recovery's default budget counts CPU seconds, which sharing the
+machine with the unit tests moves far less than wall time (``converters/recovery``, ``Loop``).
 
     python tests/realmodels/background.py practice|wider ROOT OUT.json
 """
