@@ -70,7 +70,7 @@ def result(name: str) -> dict[str, Any]:
 def _stop() -> None:
     """A session that ends early (interrupted, -x) leaves no matrix converting behind it."""
     for job in _jobs.values():
-        if job["proc"].poll() is None:
+        if "proc" in job and job["proc"].poll() is None:
             job["proc"].terminate()
             try:
                 job["proc"].wait(30)
