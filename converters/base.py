@@ -11,7 +11,6 @@ manifest and runs the accuracy gate. Format converters never write manifests the
 from __future__ import annotations
 
 import os
-
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -26,7 +25,6 @@ from edge_sdk.registry import Registry
 
 SourceFormat = Literal["onnx", "savedmodel", "keras", "tflite"]
 Feed = dict[str, np.ndarray]
-
 
 
 def cpu_seconds() -> float:

@@ -382,12 +382,12 @@ def _raise_if_failed(summary: ConvertSummary) -> None:
             "Conversion failed for " + " | ".join(what(p) for p in failed_conv + [q for q in failed_gate if q not in failed_conv])
             + "." + done, "Each failure names the step and op; other profiles and formats were still converted.")
     else:
-        advice = [f"{p.profile} {o.format}: {o.advice}." for p in failed_gate for o in p.outcomes if o.advice]
-        exc = AccuracyGateError(
-            "Accuracy gate failed for " + " | ".join(what(p) for p in failed_gate) + "." + done,
-            " ".join(advice) + (" Otherwise: c" if advice else "C") + "alibrate with more representative data, declare "
-            "what outputs mean (--output NAME:KIND), or pass --allow-accuracy-drop to keep the artifact (its manifest "
-            "then records the failure). Rejected candidates are kept under OUT/.rejected/ for inspection.")
+        general = ("calibrate with more representative data, declare what outputs mean (--output NAME:KIND), or pass "
+                   "--allow-accuracy-drop to keep the artifact (its manifest then records the failure). Rejected "
+                   "candidates are kept under OUT/.rejected/ for inspection.")
+        advice = " ".join(f"{p.profile} {o.format}: {o.advice}." for p in failed_gate for o in p.outcomes if o.advice)
+        exc = AccuracyGateError("Accuracy gate failed for " + " | ".join(what(p) for p in failed_gate) + "." + done,
+                                f"{advice} Otherwise: {general}" if advice else general[0].upper() + general[1:])
     exc.report = summary.to_dict()  # type: ignore[attr-defined]
     exc.summary = summary  # type: ignore[attr-defined]
     raise exc

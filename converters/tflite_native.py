@@ -327,8 +327,9 @@ def tail_values(flat: np.ndarray, k: int, nan: bool = False) -> tuple[float, flo
     whole tensor: a strided sample gives a threshold on each side; when at least ``k + 1`` values
     lie beyond it, the wanted value is among them and only they are partitioned. Otherwise (or
     when ``nan``: the tensor holds NaNs, which the partition sorts last) the whole tensor is.
-    5-7x faster on tensors of millions of values, where the full partition took a tenth of a
-    detector's conversion."""
+    On PP-OCRv4 rec's activations (20 samples, tensors of 13k-265k values) 6.2x faster than the
+    full partition, the values the same; that partition was 10% of BlazePose's detector's
+    conversion and 20% of rec's (cProfile)."""
     n = flat.size
     if n > 16384 and not nan:
         s = flat[:: max(1, n // 8192)]

@@ -370,6 +370,9 @@ def test_a_failed_search_says_what_to_try_next_from_what_it_did():
     spread = said()
     assert "spread through the network" in spread and "quantization-aware training" in spread and "12 layer(s)" in spread
     assert "Edge TPU" not in said(fmt="tflite-int8", profile="arm-cpu")
+    # a finished search that had no layer to keep float does not claim the loss is spread over layers
+    nothing = said(steps=[{"recipe": "baseline", "seconds": 1.0}, {"recipe": "percentile", "seconds": 1.0, "float_nodes": []}])
+    assert "no layer's own int8 noise" in nothing and "spread" not in nothing
 
 
 def test_the_budgets_floor_is_wall_seconds_at_the_baselines_parallelism(tmp_path):

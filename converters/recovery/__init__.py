@@ -288,6 +288,11 @@ def _transformer(loop: "Loop") -> bool:
 FLOAT_COMPUTE_WARN = 0.25
 
 
+def _compute_ops(graph: Any) -> list[tuple[str, str]]:
+    """The format's compute layers (convolutions, matmuls): ``(name, op type)`` in graph order."""
+    return [(n, op) for n, op in _graph_names(graph) if op in COMPUTE_OPS]
+
+
 def float_compute(graph: Any, recipe: Recipe) -> dict[str, Any] | None:
     """How much of the int8 model's compute (convolutions, matmuls) a recipe keeps float.
 
@@ -297,7 +302,7 @@ def float_compute(graph: Any, recipe: Recipe) -> dict[str, Any] | None:
     """
     if not recipe.float_nodes and not recipe.float_ops:
         return None
-    compute = [(n, op) for n, op in _graph_names(graph) if op in COMPUTE_OPS]
+    compute = _compute_ops(graph)
     if not compute:
         return None
     floats = set(recipe.float_nodes)
@@ -492,15 +497,18 @@ def advice(ctx: "BuildContext", loop: Loop, rec: Recovery) -> str:
     if loop.fmt == "tflite-int8" and tflite_config(ctx.profile).float_only_in_cpu_tail:
         return (f"on the Edge TPU only the graph's tail may stay float (a float layer ends what the TPU runs); with up to "
                 f"{most} tail layer(s) float it still fails: the loss is earlier in the graph, which this target must run int8")
+    if not most:  # the ranking found no layer whose own int8 noise explains the loss
+        return ("no calibration alternative passes and no layer's own int8 noise explains the loss (nothing to keep "
+                "float); quantization-aware training, or running this model in float on this device, is the way")
     try:
-        total = sum(1 for _, op in _graph_names(loop.graph()) if op in COMPUTE_OPS)
+        total = len(_compute_ops(loop.graph()))
     except Exception:  # noqa: BLE001 - a figure for the advice only
         total = 0
     of = f" of its {total} convolutions/matmuls" if total else ""
     return (f"no calibration alternative and no set of up to {most} layer(s){of} kept float passes: the int8 loss is "
-            "spread through the network rather than in a few layers, which per-tensor post-training int8 cannot hold; "
-            "quantization-aware training, or running this model in float on this device, is the way "
-            "(--float-nodes PATTERN keeps more layers float, at their cost)")
+            "spread through the network rather than in a few layers, which post-training int8 (one scale per "
+            "activation tensor) cannot hold; quantization-aware training, or running this model in float on this "
+            "device, is the way (--float-nodes PATTERN keeps more layers float, at their cost)")
 
 
 def _explain(ctx: "BuildContext", loop: Loop, base: Candidate, rec: Recovery) -> None:

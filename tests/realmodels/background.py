@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-SETS = ("practice", "wider")
 #: Which test module reads which matrix.
 MODULES = {"test_practice.py": "practice", "test_wider.py": "wider"}
 
