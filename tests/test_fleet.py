@@ -143,3 +143,25 @@ def test_importing_edge_sdk_does_not_import_dask():
             "assert not bad, bad\nprint('clean')")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "clean" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_device_killed_mid_task_leaves_no_work_folder_behind(tmp_path):
+    """A task's work folder is named after its device process; the next device process on that
+    host removes the folders of processes that are gone (``finally`` never ran in a killed one),
+    and leaves a live process's folder and names it did not make alone."""
+    import os
+
+    from edge_sdk.fleet.tasks import sweep_work_folders
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    gone = tmp_path / f"edge-sdk-fleet-bench-{dead.pid}-abc123"
+    gone_convert = tmp_path / f"edge-sdk-fleet-convert-{dead.pid}-x_y9"
+    live = tmp_path / f"edge-sdk-fleet-bench-{os.getpid()}-def456"
+    other = tmp_path / "edge-sdk-fleet-somebody-elses"
+    for folder in (gone, gone_convert, live, other):
+        (folder / "in").mkdir(parents=True)
+        (folder / "in" / "model.onnx").write_bytes(b"x")
+    removed = sweep_work_folders(tmp_path)
+    assert sorted(removed) == sorted([gone, gone_convert])
+    assert not gone.exists() and not gone_convert.exists() and live.is_dir() and other.is_dir()

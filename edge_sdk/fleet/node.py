@@ -134,6 +134,9 @@ def join(addr: Address, tls_dir: str | None = None, *, name: str | None = None, 
         tags = [CONVERT_TAG if p == CONVERT_TAG else resolve_profile(p).name for p in profiles]
     tags = list(dict.fromkeys(tags))
     facts = device_facts(name, tags, detected)
+    from .tasks import sweep_work_folders
+
+    sweep_work_folders()  # what a device killed mid-task here left behind
     sec = security(tls_dir, "worker")
     resources = {BENCH_SLOT: 1, **{t: 1 for t in tags}}
 

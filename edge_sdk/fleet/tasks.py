@@ -22,6 +22,45 @@ from typing import Any
 #: The child process: the same ``edge-sdk bench`` a user would type on the device.
 CHILD = "import sys; from edge_sdk.cli import main; sys.exit(main(sys.argv[1:]))"
 MAX_FILES = 10_000
+#: A task's work folder in the temp dir: ``edge-sdk-fleet-<kind>-<pid of the device process>-<random>``.
+WORK_PREFIX = "edge-sdk-fleet-"
+
+
+def _work_folder(kind: str) -> Path:
+    """A fresh work folder named after this device process, so that a later one can tell a dead
+    process's folder (a device killed or powered off mid-task) from a live one's."""
+    return Path(tempfile.mkdtemp(prefix=f"{WORK_PREFIX}{kind}-{os.getpid()}-"))
+
+
+def sweep_work_folders(tmp: str | os.PathLike | None = None) -> list[Path]:
+    """Remove the work folders of device processes that are gone (killed mid-task: ``finally``
+    never ran). Folders of live processes, and names this module did not make, stay.
+
+    Returns:
+        The folders removed.
+    """
+    import re
+
+    if os.name != "posix":  # os.kill(pid, 0) terminates the process on Windows
+        return []
+    removed = []
+    for folder in Path(tmp or tempfile.gettempdir()).glob(f"{WORK_PREFIX}*"):
+        m = re.fullmatch(rf"{re.escape(WORK_PREFIX)}(?:bench|convert)-(\d+)-\w+", folder.name)
+        if not m or not folder.is_dir() or _alive(int(m.group(1))):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
 
 
 def pack_folder(folder: str | os.PathLike) -> dict[str, Any]:
@@ -106,7 +145,7 @@ def bench_task(payload: dict[str, Any], cli_args: list[str], trusted_keys: list[
     from edge_sdk.trust import Policy, check_artifact
 
     device = _device_block()
-    tmp = Path(tempfile.mkdtemp(prefix="edge-sdk-fleet-"))
+    tmp = _work_folder("bench")
     try:
         try:
             folder = unpack_folder(payload, tmp)
@@ -181,7 +220,7 @@ def convert_task(inputs: dict[str, dict[str, Any]], profile: str, cli_args: list
     from edge_sdk.errors import EdgeSDKError
 
     device = _device_block()
-    tmp = Path(tempfile.mkdtemp(prefix="edge-sdk-fleet-convert-"))
+    tmp = _work_folder("convert")
     try:
         try:
             paths = {key: unpack_path(payload, tmp / "in" / key) for key, payload in inputs.items()}
