@@ -283,6 +283,211 @@ def _memo_quantizer(base: type, memo: dict) -> type:
     return Memo
 
 
+#: Where ONNX Runtime's quantizer names a quantized initializer (``W`` -> ``W_quantized``).
+QUANTIZED_SUFFIX = "_quantized"
+
+
+def _subgraph_inputs(graph) -> set[str]:
+    """Every tensor name a node of ``graph`` (or of a subgraph of one of its nodes) reads."""
+    names: set[str] = set()
+    for node in graph.node:
+        names.update(i for i in node.input if i)
+        for attr in node.attribute:
+            for g in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                names |= _subgraph_inputs(g)
+    return names
+
+
+def keep_float(qmodel, fmodel, nodes: set[str], op_types: set[str]):
+    """``qmodel`` (ONNX Runtime's QDQ model, every layer quantized) with the layers named in
+    ``nodes`` and the op types in ``op_types`` computing in float: each reads its activations
+    before their QuantizeLinear and its weights and bias as the float model's initializers; the
+    Q/DQ nodes and int8 initializers nothing reads any more are removed. A mixed candidate costs
+    this edit instead of a second run of ORT's quantizer (5-7 s on PP-OCRv4 rec here, the
+    largest part of a candidate after its gate).
+
+    Unlike ``nodes_to_exclude``, which leaves an excluded layer reading its producer's
+    dequantized (int8-rounded) output, a float layer here reads its inputs unrounded: the tensor
+    stays float on that edge, int8 on the others.
+
+    With asymmetric (uint8) activations ORT removes a Relu or Clip after a quantized layer and
+    lets the QuantizeLinear's saturation clamp instead: where a float layer reads such a tensor,
+    the float model's activation node is put back in front of it.
+
+    Args:
+        qmodel: The fully quantized ModelProto; edited in place.
+        fmodel: The float (pre-processed) ModelProto ORT quantized; only read.
+
+    Returns:
+        ``(model, edited layer names)``, or None when an input's quantization is not one ONNX
+        Runtime's QDQ quantizer writes (the caller quantizes with ``nodes_to_exclude`` instead).
+    """
+    from onnx import NodeProto
+
+    graph = qmodel.graph
+    float_inits = {i.name: i for i in fmodel.graph.initializer}
+    float_producer = {o: n for n in fmodel.graph.node for o in n.output}
+    producer = {o: n for n in graph.node for o in n.output}
+    inits = {i.name: i for i in graph.initializer}
+    marker = "\x00float:"
+    edited: list[str] = []
+    restored: dict[str, str] = {}  # tensor -> the output of its activation put back
+    needed: set[str] = set()  # float initializers the restored activations read
+
+    def unquantized(tensor: str) -> str | None:
+        """``tensor`` as the float model computes it: a removed Relu/Clip put back, or None."""
+        fnode, qnode = float_producer.get(tensor), producer.get(tensor)
+        if fnode is None or qnode is None or fnode.op_type == qnode.op_type:
+            return tensor
+        if fnode.op_type not in ("Relu", "Clip") or any(i and i not in float_inits for i in fnode.input[1:]):
+            return None
+        if tensor not in restored:
+            act = NodeProto()
+            act.CopyFrom(fnode)
+            act.input[0] = tensor
+            act.output[0] = f"{tensor}_float_{fnode.op_type.lower()}"
+            act.name = f"{fnode.name or tensor}_float"
+            graph.node.insert(list(graph.node).index(qnode) + 1, act)
+            needed.update(i for i in fnode.input[1:] if i)
+            restored[tensor] = act.output[0]
+        return restored[tensor]
+
+    for node in list(graph.node):  # a restored activation is inserted as it goes
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        if node.name not in nodes and node.op_type not in op_types:
+            continue
+        for k, name in enumerate(node.input):
+            dq = producer.get(name)
+            if dq is None or dq.op_type != "DequantizeLinear":
+                continue
+            src = dq.input[0]
+            q = producer.get(src)
+            if q is not None and q.op_type == "QuantizeLinear":
+                before = unquantized(q.input[0])  # the activation before its quantization
+                if before is None:
+                    return None
+                node.input[k] = before
+            elif src in inits and src.endswith(QUANTIZED_SUFFIX) and src[:-len(QUANTIZED_SUFFIX)] in float_inits:
+                orig = float_inits[src[:-len(QUANTIZED_SUFFIX)]]
+                if list(orig.dims) != list(inits[src].dims):
+                    return None
+                node.input[k] = marker + orig.name  # named once the unread Q/DQ nodes are gone
+            else:
+                return None
+        edited.append(node.name)
+        _float_graph_outputs(graph, node, producer)
+    # Q/DQ nodes nothing reads any more (outputs, subgraphs included), until none is left.
+    while True:
+        read = _subgraph_inputs(graph) | {o.name for o in graph.output}
+        dead = [n for n in graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")
+                and not any(o in read for o in n.output)]
+        if not dead:
+            break
+        for n in dead:
+            graph.node.remove(n)
+    produced = {o for n in graph.node for o in n.output}
+    read = _subgraph_inputs(graph)
+    keep = [i for i in graph.initializer if i.name in read]
+    del graph.initializer[:]
+    graph.initializer.extend(keep)
+    have = {i.name for i in graph.initializer}
+    for name in sorted(needed - have):  # a restored Clip's bounds
+        graph.initializer.append(float_inits[name])
+        have.add(name)
+    for node in graph.node:
+        for k, name in enumerate(node.input):
+            if not name.startswith(marker):
+                continue
+            orig = name[len(marker):]
+            final = orig if orig not in produced else f"{orig}_float"
+            if final not in have:
+                t = type(float_inits[orig])()
+                t.CopyFrom(float_inits[orig])
+                t.name = final
+                graph.initializer.append(t)
+                have.add(final)
+            node.input[k] = final
+    live = produced | have | {i.name for i in graph.input}
+    keep_vi = [v for v in graph.value_info if v.name in live]
+    del graph.value_info[:]
+    graph.value_info.extend(keep_vi)
+    return qmodel, edited
+
+
+def _float_graph_outputs(graph, node, producer: dict) -> None:
+    """A float layer that writes a graph output writes it float: ORT had the layer write
+    ``T_QuantizeLinear_Input`` and a Q/DQ pair write the output ``T`` (a YOLO-style packed Concat
+    quantized as one tensor collapses its scores). The layer writes ``T`` again; layers that read
+    the dequantized ``T`` keep reading it quantized, through the pair's renamed output."""
+    outputs = {o.name for o in graph.output}
+    readers: dict[str, list] = {}
+    for n in graph.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    for j, out in enumerate(node.output):
+        qs = [n for n in readers.get(out, []) if n.op_type == "QuantizeLinear"]
+        if len(qs) != 1:
+            continue
+        dqs = readers.get(qs[0].output[0], [])
+        if len(dqs) != 1 or dqs[0].op_type != "DequantizeLinear" or dqs[0].output[0] not in outputs:
+            continue
+        final, dq = dqs[0].output[0], dqs[0]
+        quantized = f"{final}_DequantizeLinear_Output"
+        for n in readers.get(final, []):  # in-graph readers keep the dequantized tensor
+            n.input[:] = [quantized if i == final else i for i in n.input]
+        for n in readers.get(out, []):  # readers of the pre-quantization name read the output itself
+            n.input[:] = [final if i == out else i for i in n.input]
+        node.output[j] = final
+        dq.output[0] = quantized
+        producer[final], producer[quantized] = node, dq
+
+
+def _quantize(job: ConvertJob, prepped: Path, method: str, excluded: list[str], op_types: list[str],
+              per_channel: bool, out: Path) -> None:
+    """ONNX Runtime's QDQ quantizer over the pre-processed model, saved (as ORT saves it) to ``out``."""
+    q = require("onnxruntime.quantization", "int8 ONNX conversion")
+    from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
+    from onnxruntime.quantization.quant_utils import load_model_with_shape_infer
+
+    spec = job.profile.quantization
+    types = {"int8": q.QuantType.QInt8, "uint8": q.QuantType.QUInt8}
+    ranges = _ranges(job, prepped, method)
+    model = load_model_with_shape_infer(Path(prepped))
+    quantizer = _memo_quantizer(QDQQuantizer, job.cache.setdefault("qdq_initializer_params", {}))(
+        model, per_channel, bool(job.recipe.option("reduce_range", False)), types[spec.weight_dtype],
+        types[spec.activation_dtype], ranges, [], excluded, op_types,
+        {"ActivationSymmetric": spec.activation_symmetric, "WeightSymmetric": True})
+    from .console import quiet
+
+    # ORT's quantizer logs through the root logger (a warning per rank-1 LayerNorm weight it cannot
+    # quantize per channel: PP-OCRv4 rec printed dozens per candidate): into the log, not the terminal.
+    with quiet(Path(job.scratch) / "ort_quantize.log"):
+        quantizer.quantize_model()
+    quantizer.model.save_model_to_file(str(out), False)
+
+
+def _full_key(job: ConvertJob, method: str) -> tuple:
+    """The job-cache key of the model quantized whole under ``method`` and the recipe's options."""
+    return ("qdq_full", method, tuple(sorted((k, repr(v)) for k, v in job.recipe.options)))
+
+
+def _edit_whole(job: ConvertJob, prepped: Path, method: str, op_types: list[str], per_channel: bool):
+    """The recipe's float layers and op types kept float in the fully quantized model of its
+    calibration (quantized once per calibration and options, then edited: :func:`keep_float`),
+    or None where the edit does not apply."""
+    onnx = require("onnx", "int8 ONNX conversion")
+    key = _full_key(job, method)
+    if not Path(job.cache.get(key, "")).is_file():
+        full = Path(job.scratch) / "qdq_every_layer.onnx"
+        _quantize(job, prepped, method, [], op_types, per_channel, full)
+        job.cache[key] = str(full)
+    if "qdq_float_model" not in job.cache:
+        job.cache["qdq_float_model"] = onnx.load(str(prepped))
+    model = onnx.load(job.cache[key])
+    return keep_float(model, job.cache["qdq_float_model"], set(job.recipe.float_nodes), set(job.recipe.float_ops))
+
+
 def convert(job: ConvertJob) -> FormatResult:
     """Quantize ``job.onnx()`` (the static float ONNX) to int8 QDQ ONNX in ``job.workdir/model.onnx``.
 
@@ -295,10 +500,7 @@ def convert(job: ConvertJob) -> FormatResult:
     """
     onnx = require("onnx", "int8 ONNX conversion")
     ort = require("onnxruntime", "int8 ONNX conversion")
-    q = require("onnxruntime.quantization", "int8 ONNX conversion")
-    from onnxruntime.quantization.onnx_quantizer import ONNXModel  # noqa: F401 - import check only
-    from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
-    from onnxruntime.quantization.quant_utils import load_model_with_shape_infer
+    require("onnxruntime.quantization", "int8 ONNX conversion")
     from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
     spec = job.profile.quantization
@@ -308,22 +510,22 @@ def convert(job: ConvertJob) -> FormatResult:
     if method not in (*RANGE_METHODS, "entropy"):
         raise ConversionError(f"Calibration method '{method}' is not one ONNX Runtime offers ({', '.join(RANGE_METHODS)}, entropy).")
     prepped, opset_from, opset_to = _prepped(job)
-    types = {"int8": q.QuantType.QInt8, "uint8": q.QuantType.QUInt8}
     out = job.workdir / MODEL_FILE
     excluded = sorted(set(recipe.float_nodes))
-    op_types = sorted((set(QLinearOpsRegistry) | set(QDQRegistry)) - set(recipe.float_ops))
+    every = sorted(set(QLinearOpsRegistry) | set(QDQRegistry))
     job.log(f"quantize QDQ ({len(job.calib)} samples, {method}, per_channel={per_channel}, "
             f"activations {spec.activation_dtype}{' symmetric' if spec.activation_symmetric else ''}"
             + (f", {len(excluded)} node(s) float" if excluded else "") + ")")
+    derived = None
     try:
-        ranges = _ranges(job, prepped, method)
-        model = load_model_with_shape_infer(Path(prepped))
-        quantizer = _memo_quantizer(QDQQuantizer, job.cache.setdefault("qdq_initializer_params", {}))(
-            model, per_channel, bool(recipe.option("reduce_range", False)), types[spec.weight_dtype],
-            types[spec.activation_dtype], ranges, [], excluded, op_types,
-            {"ActivationSymmetric": spec.activation_symmetric, "WeightSymmetric": True})
-        quantizer.quantize_model()
-        quantizer.model.save_model_to_file(str(out), False)
+        if excluded or recipe.float_ops:
+            derived = _edit_whole(job, prepped, method, every, per_channel)
+        if derived is not None:
+            onnx.save(derived[0], str(out))
+        else:
+            _quantize(job, prepped, method, excluded, [t for t in every if t not in recipe.float_ops], per_channel, out)
+            if not excluded and not recipe.float_ops:  # quantized whole: mixed candidates edit this one
+                job.cache[_full_key(job, method)] = str(out)
         qmodel = onnx.load(str(out))
         onnx.checker.check_model(qmodel)
     except ConversionError:
@@ -340,13 +542,19 @@ def convert(job: ConvertJob) -> FormatResult:
         model_file=MODEL_FILE, inputs=inputs, outputs=outputs, precision="int8",
         tools={"onnx": onnx.__version__, "onnxruntime": ort.__version__, "tf2onnx": version_of("tf2onnx") or ""},
         route=f"{job.source.format} -> static ONNX -> opset {opset_from}->{opset_to} -> quant_pre_process -> "
-              f"QDQ quantizer ({method})",
+              f"QDQ quantizer ({method})" + (f" -> {len(derived[1])} layer(s) float (Q/DQ at their inputs removed)"
+                                             if derived is not None else ""),
         backend_options={"onnx_qdq": {"opset": opset_to, "opset_source": opset_from, "per_channel": per_channel,
                                       "activation_dtype": spec.activation_dtype,
                                       "activation_symmetric": spec.activation_symmetric,
                                       "calibration_method": method, "float_nodes": excluded,
                                       "int8_evidence": evidence}},
     )
+    if derived is not None:  # how the recipe's float layers were kept float, and which the graph had
+        result.backend_options["onnx_qdq"]["float_layers"] = {
+            "how": "quantized whole, then each float layer reads its inputs before their QuantizeLinear and "
+                   "its weights as the float model's",
+            "layers": derived[1]}
     if not result.tools["tf2onnx"] or job.source.format == "onnx":
         result.tools.pop("tf2onnx")
     left = float_weighted_ops(qmodel)

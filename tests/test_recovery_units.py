@@ -389,3 +389,117 @@ def test_the_budgets_floor_is_wall_seconds_at_the_baselines_parallelism(tmp_path
     wall = Loop(ctx, "onnx-qdq", RecoveryConfig(budget_s=5))
     wall.steps = [{"recipe": "baseline", "seconds": 2.0, "cpu_s": 24.0}]
     assert min_budget(wall) == MIN_BUDGET_S
+
+
+def _quantized_digits(tmp_path, symmetric=True):
+    """The bundled digits CNN, pre-processed, and ONNX Runtime's QDQ model of it with every layer
+    quantized (ranges from the float model's own activations on a few inputs)."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import helper
+    from onnxruntime.quantization import QuantType
+    from onnxruntime.quantization.calibrate import CalibrationMethod, TensorData, TensorsData
+    from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
+    from onnxruntime.quantization.quant_utils import load_model_with_shape_infer
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    src = Path(__file__).resolve().parents[1] / "examples" / "digits" / "digits_cnn.onnx"
+    prepped = tmp_path / "prepped.onnx"
+    quant_pre_process(str(src), str(prepped))
+    model = onnx.load(str(prepped))
+    inits = {i.name for i in model.graph.initializer}
+    name = model.graph.input[0].name
+    shape = [d.dim_value or 1 for d in model.graph.input[0].type.tensor_type.shape.dim]
+    acts = sorted({t for n in model.graph.node for t in [*n.input, *n.output] if t and t not in inits} - {name})
+    probe = onnx.load(str(prepped))
+    have = {o.name for o in probe.graph.output}
+    probe.graph.output.extend(helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None) for t in acts if t not in have)
+    sess = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    xs = [np.random.default_rng(i).uniform(0, 1, shape).astype(np.float32) for i in range(4)]
+    outs = [dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {name: x}))) for x in xs]
+    ranges = TensorsData(CalibrationMethod.MinMax, {
+        t: TensorData(lowest=np.float32(min(o[t].min() for o in outs)), highest=np.float32(max(o[t].max() for o in outs)))
+        for t in acts} | {name: TensorData(lowest=np.float32(0), highest=np.float32(1))})
+    q = QDQQuantizer(load_model_with_shape_infer(prepped), True, False, QuantType.QInt8,
+                     QuantType.QInt8 if symmetric else QuantType.QUInt8, ranges, [], [],
+                     ["Conv", "Gemm", "MatMul", "Relu", "Clip", "MaxPool", "Add", "Softmax"],
+                     {"ActivationSymmetric": symmetric, "WeightSymmetric": True})
+    q.quantize_model()
+    q.model.topological_sort()  # as ORT's save_model_to_file writes it
+    return model, q.model.model, name, xs
+
+
+@pytest.mark.parametrize("symmetric", [True, False], ids=["int8-symmetric", "uint8-asymmetric"])
+def test_a_float_layer_is_cut_out_of_the_quantized_model_not_quantized_again(tmp_path, symmetric):
+    """Mixed candidates edit the model quantized whole: a float layer reads its activation before
+    its QuantizeLinear and the float model's own weights and bias, the Q/DQ nodes nothing reads any
+    more go, the model checks and runs; every op type float gives the float model's outputs back
+    (nothing was missed: with uint8 activations ORT removed the Relu6 Clips, letting the
+    QuantizeLinear clamp, and they are put back); a quantization ORT does not write (an unknown
+    weight name) declines."""
+    import onnx
+    import onnxruntime as ort
+
+    from edge_sdk.converters.onnx_qdq import keep_float
+
+    fmodel, qmodel, name, xs = _quantized_digits(tmp_path, symmetric)
+    finits = {i.name: i for i in fmodel.graph.initializer}
+    if not symmetric:  # the premise: ORT removed activations here
+        assert sum(n.op_type == "Clip" for n in qmodel.graph.node) < sum(n.op_type == "Clip" for n in fmodel.graph.node)
+
+    def run(m):
+        s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        return [s.run(None, {name: x})[0] for x in xs]
+
+    def copy():
+        m = onnx.ModelProto()
+        m.CopyFrom(qmodel)
+        return m
+
+    if not symmetric:
+        reader = next(n for n in qmodel.graph.node if n.op_type == "Conv" and n is not qmodel.graph.node[0]
+                      and any(f.op_type == "Clip" for f in fmodel.graph.node
+                              if f.output[0] in {i.replace("_DequantizeLinear_Output", "") for i in n.input}))
+        once = keep_float(copy(), fmodel, {reader.name}, set())
+        assert once is not None and once[1] == [reader.name]  # listed once, its Clip put back in front of it
+        assert sum(n.op_type == "Clip" for n in once[0].graph.node) == sum(n.op_type == "Clip" for n in qmodel.graph.node) + 1
+
+    conv = next(n for n in qmodel.graph.node if n.op_type == "Conv")
+    got = keep_float(copy(), fmodel, {conv.name}, set())
+    assert got is not None and got[1] == [conv.name]
+    model = got[0]
+    onnx.checker.check_model(model)
+    node = next(n for n in model.graph.node if n.name == conv.name)
+    producers = {o: n.op_type for n in model.graph.node for o in n.output}
+    inits = {i.name: i for i in model.graph.initializer}
+    assert all(producers.get(i) != "DequantizeLinear" for i in node.input if i)  # reads nothing dequantized
+    weights = [i for i in node.input[1:] if i]
+    assert weights and all(i in inits for i in weights)
+    float_conv = next(n for n in fmodel.graph.node if n.name == conv.name)
+    for mine, theirs in zip(weights, float_conv.input[1:]):
+        assert np.array_equal(onnx.numpy_helper.to_array(inits[mine]), onnx.numpy_helper.to_array(finits[theirs]))
+    read = {i for n in model.graph.node for i in n.input} | {o.name for o in model.graph.output}
+    assert all(o in read for n in model.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear") for o in n.output)
+    assert sum(n.op_type == "QuantizeLinear" for n in model.graph.node) < sum(n.op_type == "QuantizeLinear" for n in qmodel.graph.node)
+    assert len(model.graph.initializer) < len(qmodel.graph.initializer) + len(weights)  # int8 copies dropped
+    run(model)
+
+    last = next(n for n in qmodel.graph.node if any(f"{o.name}_QuantizeLinear_Input" in n.output for o in qmodel.graph.output))
+    out = keep_float(copy(), fmodel, {last.name}, set())[0]  # it writes the graph output float, not through a Q/DQ pair
+    assert {p.op_type for p in out.graph.node if set(p.output) & {o.name for o in out.graph.output}} == {last.op_type}
+
+    every = {n.op_type for n in qmodel.graph.node} - {"QuantizeLinear", "DequantizeLinear"}
+    whole = keep_float(copy(), fmodel, set(), every)
+    assert whole is not None and not any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in whole[0].graph.node)
+    for a, b in zip(run(whole[0]), run(fmodel)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+    odd = copy()
+    w = next(i for i in odd.graph.initializer if i.name.endswith("_quantized"))
+    for n in odd.graph.node:
+        n.input[:] = ["renamed" if i == w.name else i for i in n.input]
+    w.name = "renamed"
+    reader = next(n for n in odd.graph.node if n.op_type == "DequantizeLinear" and n.input[0] == "renamed")
+    user = next(n for n in odd.graph.node if reader.output[0] in n.input)
+    assert keep_float(odd, fmodel, {user.name}, set()) is None
+

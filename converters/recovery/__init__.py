@@ -95,6 +95,23 @@ ALTERNATIVES: dict[str, list[tuple[Recipe, float]]] = {
 COMPUTE_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Convolution", "GroupConvolution",
                          "ConvolutionBackpropData", "CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED",
                          "TRANSPOSE_CONV", "BATCH_MATMUL"})
+#: Formats whose mixed candidates edit the model quantized whole (``onnx_qdq.keep_float``) rather
+#: than quantize again: a mixed candidate costs about its gate. Not OpenVINO: cutting NNCF's
+#: FakeQuantize out at a float op's inputs is not what NNCF's IgnoredScope places (it also drops
+#: the quantizers only the ignored op's readers needed): the openWakeWord melspectrogram passed
+#: with Power ignored by NNCF (range error 0.001) and failed with Power's inputs made float (0.011).
+EDITED_FORMATS = frozenset({"onnx-qdq"})
+#: Ops that are never layers of their own (graph structure, constants, the quantizers themselves).
+STRUCTURAL_OPS = frozenset({"Parameter", "Constant", "Result", "Convert", "FakeQuantize", "QuantizeLinear",
+                            "DequantizeLinear", "ShapeOf"})
+#: Op types that move or select values with their input's scale (ONNX, OpenVINO, TFLite names):
+#: never an op-type candidate.
+MOVEMENT_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Slice", "Split", "Gather",
+                          "Expand", "Tile", "Identity", "Pad", "DepthToSpace", "SpaceToDepth", "MaxPool",
+                          "StridedSlice", "VariadicSplit", "ShuffleChannels", "Broadcast",
+                          "RESHAPE", "TRANSPOSE", "SQUEEZE", "EXPAND_DIMS", "STRIDED_SLICE", "SLICE", "SPLIT",
+                          "SPLIT_V", "GATHER", "PAD", "PADV2", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH", "TILE", "PACK",
+                          "UNPACK", "MAX_POOL_2D"})
 #: The last layers (in execution order) tried float together, fewest first.
 TAIL_STEPS = (2, 4, 8)
 #: Op types tried float together (after single layers): the types that gather the most noise.
@@ -383,10 +400,25 @@ class Loop:
         return step.get(self.key, step["seconds"])
 
     def estimate(self) -> float:
-        """What the next candidate will take: the longest recovery candidate so far (they reuse
-        the calibration statistics the baseline computed), else the baseline's own time."""
-        made = [self.cost(s) for s in self.steps[1:] if "skipped" not in s and "ranking" not in s]
-        return max(made) if made else self.cost(self.steps[0])
+        """What the next candidate will take: the longest recovery candidate of the current stage
+        (they reuse the calibration statistics the baseline computed; after the sensitivity ranking,
+        the longest mixed candidate: an ONNX one edits the quantized model instead of quantizing
+        again, 9-12 CPU s on PP-OCRv4 rec jetson-orin against 13-17 for a calibration candidate,
+        nearly all of it the gate), else the longest so far, else the baseline's."""
+        ranked = next((i for i, s in enumerate(self.steps) if "ranking" in s), None)
+        stage = [s for s in self.steps[ranked + 1:] if "skipped" not in s] if ranked is not None else []
+        if stage:
+            return max(self.cost(s) for s in stage)
+        made = [s for s in self.steps[1:] if "skipped" not in s and "ranking" not in s and "error" not in s]
+        if ranked is not None and self.fmt in EDITED_FORMATS:
+            # No mixed candidate yet, and this format's are an edit of a calibration candidate's
+            # model plus their gate: estimated as the longest gate so far, with half again for the
+            # edit and the manifest.
+            gates = [s[f"gate_{self.key}"] for s in [self.steps[0], *made] if f"gate_{self.key}" in s]
+            if gates:
+                return 1.5 * max(gates)
+        costs = [self.cost(s) for s in made]
+        return max(costs) if costs else self.cost(self.steps[0])
 
     def fits(self, candidates: int = 1) -> bool:
         """Whether the next ``candidates`` steps, at their estimate, end before the deadline: the
@@ -504,8 +536,8 @@ def advice(ctx: "BuildContext", loop: Loop, rec: Recovery) -> str:
         total = len(_compute_ops(loop.graph()))
     except Exception:  # noqa: BLE001 - a figure for the advice only
         total = 0
-    of = f" of its {total} convolutions/matmuls" if total else ""
-    return (f"no calibration alternative and no set of up to {most} layer(s){of} kept float passes: the int8 loss is "
+    of = f" (the model has {total} convolutions/matmuls)" if total else ""
+    return (f"no calibration alternative and no set of up to {most} layer(s) kept float{of} passes: the int8 loss is "
             "spread through the network rather than in a few layers, which post-training int8 (one scale per "
             "activation tensor) cannot hold; quantization-aware training, or running this model in float on this "
             "device, is the way (--float-nodes PATTERN keeps more layers float, at their cost)")
@@ -556,8 +588,51 @@ def _fewest(loop: Loop, counts: list[int], make) -> tuple[Candidate | None, list
     return passing, failed, not (lo < probe < hi)
 
 
+def _tensorrt(ctx: "BuildContext", fmt: str) -> bool:
+    from ..targets import qdq_config
+
+    return fmt == "onnx-qdq" and qdq_config(ctx.profile).tensorrt_engine
+
+
+def _compute_only(ctx: "BuildContext", loop: Loop, best: Candidate) -> Candidate | None:
+    """int8 at the convolutions and matmuls only, every other op type float, on top of ``best``:
+    TensorRT's own placement (NVIDIA places Q/DQ at the inputs of the compute layers; the
+    elementwise ops, norms and activations between them run at the precision of the layers they
+    fuse with), where ONNX Runtime's QDQ quantizer also quantizes every Add, Mul and activation.
+    PP-OCRv4 rec on jetson-orin: token error 0.061 with everything int8 (percentile ranges),
+    0.027 with the compute alone; no subset of single layers or of one to three op types passed.
+    An edit of the calibration candidate, so only where candidates are edits (ONNX QDQ)."""
+    if loop.fmt not in EDITED_FORMATS or not loop.fits():
+        return None
+    try:
+        types = sorted({op for _, op in _graph_names(loop.graph())} - COMPUTE_OPS - STRUCTURAL_OPS - set(best.recipe.float_ops))
+    except Exception:  # noqa: BLE001 - a search step, never a conversion failure
+        return None
+    if not types:
+        return None
+    reason = ("TensorRT's placement: int8 at the inputs of convolutions and matmuls, this op at the precision of "
+              "the layers it fuses with" if _tensorrt(ctx, loop.fmt) else
+              "int8 kept at the convolutions and matmuls (the compute), the ops between them float")
+    return _with_float_types(loop, best, types, "int8 at compute ops only", {t: reason for t in types})
+
+
+def _with_float_types(loop: Loop, best: Candidate, types, name: str, why: dict[str, str]) -> Candidate | None:
+    """A candidate on top of ``best`` (its calibration, options and float layers) with ``types``
+    float as well, each with its reason."""
+    return loop.make(Recipe(calibration=best.recipe.calibration, options=best.recipe.options,
+                            float_nodes=best.recipe.float_nodes,
+                            float_ops=tuple(dict.fromkeys([*best.recipe.float_ops, *types])),
+                            name=name, why=tuple({**dict(best.recipe.why), **why}.items())))
+
+
 def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> Candidate:
     fmt = loop.fmt
+    if _tensorrt(ctx, fmt):  # the target's own placement first: no ranking needed, one candidate
+        cand = _compute_only(ctx, loop, best)
+        if cand is not None and cand.passed:
+            return cand
+        if cand is not None and cand.score > best.score:
+            best = cand
     if not loop.fits():  # the ranking runs both models with every tensor exposed: about a candidate's time
         rec.stopped = "time budget"
         return best
@@ -594,11 +669,16 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
                                 float_ops=best.recipe.float_ops, name=label, why=tuple(why.items())))
 
     winner: Candidate | None = None
-    for layer in ranking[:GAIN_TOP]:
+    for i, layer in enumerate(ranking[:GAIN_TOP]):
         # A single layer leaves room for one head candidate: on a small model's 20 s budget the
         # singles alone would spend it, and a detector's errors sit in its head (BlazeFace full
         # range: no single layer passed, the last 8 together did).
         if not loop.fits(2):
+            break
+        # The most sensitive layer float and no better: the loss is not in single layers (PP-OCRv4
+        # rec: its top three singles each did worse than none, inside the gate's sampling noise);
+        # the next singles would spend the budget the grouped steps below need.
+        if i and (ranking[0].gain is None or ranking[0].gain <= 0):
             break
         cand = with_float([layer], f"mixed(1: {layer.name})")
         if cand is None:
@@ -670,7 +750,11 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
     for e in ranking[:40]:
         totals[e.op] = totals.get(e.op, 0.0) + e.added
     # ...but never the compute ops themselves: an "int8" model with every convolution float is not one.
-    types = [t for t in sorted(totals, key=lambda t: -totals[t]) if t not in COMPUTE_OPS]
+    # Nor ops that only move or select values: they pass their input's scale on to their output
+    # (a float Transpose still feeds int8 readers the same rounding), so keeping them float gains
+    # nothing; they rank high because they inherit their input's noise (the openWakeWord
+    # melspectrogram spent two of its three op-type candidates on Unsqueeze and Transpose).
+    types = [t for t in sorted(totals, key=lambda t: -totals[t]) if t not in COMPUTE_OPS and t not in MOVEMENT_OPS]
     if fmt == "onnx-qdq":  # a type ONNX Runtime does not quantize is float already: a candidate spent for nothing
         from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
@@ -679,17 +763,24 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
     # alone instead, the openWakeWord melspectrogram's OpenVINO candidate no longer passed (with the
     # layers: Power float passed) and BlazePalm's jetson-orin one did not either way.
     for k in TYPE_STEPS:
-        if k > len(types) or not loop.fits():
+        if k > len(types):
             break
-        chosen = tuple(types[:k])
-        why = dict(best.recipe.why)
-        why.update({t: f"sensitivity: {t} layers gather {totals[t]:.2f} of int8 noise" for t in chosen})
-        cand = loop.make(Recipe(calibration=best.recipe.calibration, options=best.recipe.options,
-                                float_nodes=best.recipe.float_nodes, float_ops=tuple(dict.fromkeys([*best.recipe.float_ops, *chosen])),
-                                name=f"float op types({', '.join(chosen)})", why=tuple(why.items())))
+        if not loop.fits():  # the advice must say the budget ended the search, not that it finished
+            rec.stopped = "time budget"
+            return best
+        chosen = types[:k]
+        cand = _with_float_types(loop, best, chosen, f"float op types({', '.join(chosen)})",
+                                 {t: f"sensitivity: {t} layers gather {totals[t]:.2f} of int8 noise" for t in chosen})
         if cand is not None and cand.passed:
             return cand
         if cand is not None and cand.score > best.score:
+            best = cand
+    if not _tensorrt(ctx, fmt) and fmt in EDITED_FORMATS:  # the op-type steps' limit: all but the compute float
+        if not loop.fits():
+            rec.stopped = "time budget"
+            return best
+        cand = _compute_only(ctx, loop, best)
+        if cand is not None and (cand.passed or cand.score > best.score):
             best = cand
     return best
 

@@ -21,7 +21,7 @@ from edge_sdk.manifest import write_manifest
 
 from .. import accuracy as acc
 from ..accuracy.metrics import score as gate_score
-from ..base import FORMATS, ConvertJob, FormatResult, Recipe
+from ..base import FORMATS, ConvertJob, FormatResult, Recipe, cpu_seconds
 
 if TYPE_CHECKING:
     from ..build import BuildContext
@@ -64,10 +64,12 @@ class Candidate:
 
     def step(self) -> dict[str, Any]:
         """One line of the recovery log."""
+        gate = self.facts.get("gate", {})
         return {"recipe": self.recipe.name, "calibration": self.recipe.method(self.facts["job"].profile),
                 "float_nodes": list(self.recipe.float_nodes),
                 "seconds": round(self.seconds, 2), "passed": self.passed, "score": round(self.score, 4),
-                "figures": acc.format_metrics(self.report["outputs"])}
+                "figures": acc.format_metrics(self.report["outputs"]),
+                **{f"gate_{k}": round(v, 2) for k, v in gate.items()}}
 
 
 def make_candidate(ctx: "BuildContext", fmt: str, recipe: Recipe, folder: Path, cache: dict) -> Candidate:
@@ -90,6 +92,7 @@ def make_candidate(ctx: "BuildContext", fmt: str, recipe: Recipe, folder: Path, 
     result = FORMATS.get(fmt)(job)
     write_manifest(folder, manifest_for(ctx, {fmt: result}, folder, []))
     step = acc.gate_step(ctx.profile, fmt)
+    g0, gc0 = time.perf_counter(), cpu_seconds()
     try:
         report = acc.evaluate(folder, step, cs.holdout, ctx.prep.reference, ctx.profile.accuracy, ctx.prep.kinds,
                               ctx.task, (cs.streams, cs.holdout_lengths) if cs.streams else None)
@@ -100,7 +103,8 @@ def make_candidate(ctx: "BuildContext", fmt: str, recipe: Recipe, folder: Path, 
                               "The int8 graph needs something this runtime cannot do here (an op kernel, a type); "
                               "the other formats and profiles were still converted.") from None
     report["score"] = gate_score(report["outputs"]) if "task" not in report or report["task"]["passed"] else -1.0
-    return Candidate(fmt, recipe, folder, result, report, time.perf_counter() - t0, {"step": step, "job": job})
+    gate = {"seconds": time.perf_counter() - g0, "cpu_s": cpu_seconds() - gc0}  # what judging it took
+    return Candidate(fmt, recipe, folder, result, report, time.perf_counter() - t0, {"step": step, "job": job, "gate": gate})
 
 
 def copy_into(candidate: Candidate, stage: Path) -> None:

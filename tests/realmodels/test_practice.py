@@ -56,10 +56,12 @@ def test_every_published_artifact_does_its_task(results, name):
     assert not bad, bad
 
 
-@pytest.mark.parametrize("name", ["palm_detection_lite", "face_landmark", "openwakeword_embedding", "iris_landmark",
-                                  "openwakeword_embedding_tflite"])
+@pytest.mark.parametrize("name", ["palm_detection_lite", "face_landmark", "ch_PP-OCRv4_rec", "openwakeword_embedding",
+                                  "iris_landmark", "openwakeword_embedding_tflite"])
 def test_cpu_profiles_published(results, name):
-    """intel-cpu, jetson-orin and arm-cpu (where the case asks for them) publish with the gate passing."""
+    """intel-cpu, jetson-orin and arm-cpu (where the case asks for them) publish with the gate passing
+    (PP-OCRv4 rec on jetson-orin through TensorRT's placement, int8 at the compute ops only: the
+    search's first mixed step there, so it holds on a slower machine too)."""
     published = {(r["profile"], r["format"]) for r in results[name]["rows"] if r["status"] == "published"}
     for profile in ("intel-cpu", "jetson-orin", "arm-cpu"):
         if profile in CASES[name].profiles:
