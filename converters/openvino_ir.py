@@ -20,6 +20,13 @@ from edge_sdk.manifest import TensorSpec
 from .base import ConvertJob, FormatResult
 from .console import quiet
 
+
+def compress_quantize_weights_transformation(model) -> None:
+    """NNCF's last step: FakeQuantize on weights -> int8 constants with a decompression."""
+    from openvino._offline_transformations import compress_quantize_weights_transformation as compress
+
+    compress(model)
+
 XML_FILE = "model.xml"
 BIN_FILE = "model.bin"
 _OV_DTYPES = {"f32": "float32", "f16": "float16", "i8": "int8", "u8": "uint8", "i32": "int32", "i64": "int64",
@@ -172,6 +179,7 @@ def convert(job: ConvertJob) -> FormatResult:
     # The profile's calibration method picks NNCF's activation range estimator. NNCF's own default
     # averages per-sample min/max, which clips small tensors (a [1,4] side input, a pooled vector)
     # hard; "minmax" means the global range, as ONNX Runtime's MinMax calibrator uses.
+    from nncf.openvino.quantization.backend_parameters import BackendParameters
     from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, OverflowFix
     from nncf.quantization.range_estimator import RangeEstimatorParametersSet
 
@@ -185,18 +193,36 @@ def convert(job: ConvertJob) -> FormatResult:
     if method not in estimators:
         raise ConversionError(f"Calibration method '{method}' is not one NNCF offers here (minmax, percentile, entropy, median).")
     overflow = job.targets.nncf.overflow_fix
+    whole = not recipe.float_nodes and not recipe.float_ops and validation_fn is None
+    # Quantized whole, its weights stay FakeQuantize (NNCF compresses them to int8 constants at the
+    # end) until the model is cached for keep_float, as NNCF's accuracy control keeps them.
     advanced = AdvancedQuantizationParameters(activations_range_estimator_params=estimators[method],
-                                              overflow_fix=getattr(OverflowFix, overflow) if overflow else None)
+                                              overflow_fix=getattr(OverflowFix, overflow) if overflow else None,
+                                              backend_params={BackendParameters.COMPRESS_WEIGHTS: False} if whole else {})
     ignored = None
     if recipe.float_nodes or recipe.float_ops:
         ignored = nncf.IgnoredScope(names=list(recipe.float_nodes), types=list(recipe.float_ops), validate=False)
     fast_bc = recipe.option("bias_correction", "fast") != "full"
+    derived = None
+    if validation_fn is None and recipe.float_nodes and not recipe.float_ops and _full_key(job, method) in job.cache:
+        try:
+            with quiet(Path(job.scratch) / "nncf.log"):
+                derived = keep_float(*job.cache[_full_key(job, method)], set(recipe.float_nodes))
+        except Exception as exc:  # noqa: BLE001 - NNCF internals; IgnoredScope below is the fallback
+            job.log(f"reverting layers in the quantized model failed ({type(exc).__name__}: {str(exc)[:120]}); "
+                    "quantizing again with them ignored")
+    if derived is not None:
+        job.log(f"{len(recipe.float_nodes)} layer(s) float: NNCF's quantizers at their inputs removed from the model "
+                f"quantized whole ({method}), their weights and biases restored ({len(derived[1])} op(s) float)")
+        return _result(ov, nncf, job, derived[0], read_from, "post-training", n, preset, target, method, fast_bc,
+                       overflow, derived[1])
     if validation_fn is not None:
         job.log(f"nncf.quantize_with_accuracy_control ({n} samples, target {target.value})")
     else:
         job.log(f"nncf.quantize ({n} samples, subset_size={n}, target {target.value}, preset {preset.value}, {method}"
                 + ("" if fast_bc else ", full bias correction")
                 + (f", {len(recipe.float_nodes)} layer(s) float" if recipe.float_nodes else "") + ")")
+    fmodel = None
     try:
         # NNCF draws progress bars and logs each step: they go to a log in scratch; our one line stays.
         with quiet(Path(job.scratch) / "nncf.log"):
@@ -207,6 +233,7 @@ def convert(job: ConvertJob) -> FormatResult:
                     preset=preset, target_device=target, subset_size=n, advanced_quantization_parameters=advanced)
                 mode = "accuracy-control"
             else:
+                fmodel = model.clone() if whole else None  # the float model keep_float restores from
                 model_type = nncf.ModelType.TRANSFORMER if recipe.option("model_type") == "transformer" else None
                 qmodel = nncf.quantize(model, calib, preset=preset, target_device=target, subset_size=n,
                                        fast_bias_correction=fast_bc, ignored_scope=ignored, model_type=model_type,
@@ -217,9 +244,84 @@ def convert(job: ConvertJob) -> FormatResult:
             return _untaken_branch(job, ov)
         raise ConversionError(f"NNCF quantization failed: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__}",
                               "Check the calibration data against the model's inputs.") from None
+    if fmodel is not None:
+        # quantized whole: a mixed candidate of this calibration reverts layers in it (keep_float)
+        job.cache[_full_key(job, method)] = (qmodel.clone(), fmodel)
+        compress_quantize_weights_transformation(qmodel)
+    return _result(ov, nncf, job, qmodel, read_from, mode, n, preset, target, method, fast_bc, overflow, None)
+
+
+def _full_key(job: ConvertJob, method: str) -> tuple:
+    """The job-cache key of the model quantized whole under ``method`` and the recipe's options."""
+    return ("ov_full", method, tuple(sorted((k, repr(v)) for k, v in job.recipe.options)))
+
+
+def keep_float(qmodel, fmodel, names: set[str]):
+    """``names`` (op friendly names) reverted to float in ``qmodel``, the model NNCF quantized whole,
+    as NNCF's own accuracy control reverts them (``quantize_with_accuracy_control``): each named
+    op's group of quantizers (the FakeQuantize ops at its inputs and those that only feed the same
+    float path) is removed, and the weights and biases of every op the group covers are restored
+    from ``fmodel`` (bias correction and weight rounding undone). An op sharing a removed quantizer
+    with a named one goes float too: it is in the returned list.
+
+    About a gate's time per candidate, where quantizing again with an ``IgnoredScope`` collects
+    every statistic anew: BlazeFace full range intel-cpu 17 CPU s per candidate.
+
+    Returns:
+        (the edited model, names of the ops now float), or None where a named op is not in any
+        quantizer group (not quantized: the IgnoredScope route decides what ignoring it means).
+    """
+    from nncf.common.factory import build_graph
+    from nncf.common.quantization.quantizer_removal import revert_operations_to_floating_point_precision
+    from nncf.quantization.advanced_parameters import RestoreMode
+    from nncf.quantization.algorithms.accuracy_control.openvino_backend import OVAccuracyControlAlgoBackend as Backend
+    from nncf.quantization.algorithms.accuracy_control.ranker import Ranker
+
+    qmodel = qmodel.clone()
+    qgraph = build_graph(qmodel)
+    groups = Ranker(1, None, Backend, None).find_groups_of_quantizers_to_rank(qgraph)
+
+    def producers(group) -> set[str]:  # the ops whose outputs the group's quantizers quantize
+        return {p.node_name for q in group.quantizers for p in qgraph.get_previous_nodes(q)}
+
+    # A named op's group: the quantizers at its inputs (it is among the group's operations) or at
+    # its output (the sensitivity ranking names the op whose output tensor NNCF quantizes).
+    chosen = [g for g in groups if names & ({op.node_name for op in g.operations} | producers(g))]
+    quantizable = {op.node_name for g in groups for op in g.operations} | {p for g in groups for p in producers(g)}
+    if not chosen or not names & quantizable:
+        return None
+    # A named op in no group is float in the quantized model already (a Pad between a Relu's
+    # quantizer and its readers) and stays so.
+    covered = {op.node_name for g in chosen for op in g.operations}
+    # The float weights and biases of the ops to revert (NNCF's accuracy control collects them for
+    # every op; an op whose quantized form NNCF describes without its weight ports cannot be
+    # restored: the IgnoredScope route then).
+    fgraph = build_graph(fmodel)
+    for name in covered:
+        node, qnode = fgraph.get_node_by_name(name), qgraph.get_node_by_name(name)
+        if Backend.is_node_with_bias(node, fgraph):
+            qnode.attributes["original_bias"] = Backend.get_bias_value(node, fgraph, fmodel)
+        if Backend.is_node_with_weight(node):
+            if qnode.layer_attributes is None:
+                return None
+            for port_id in Backend.get_weight_tensor_port_ids(qnode):
+                qnode.attributes[f"original_weight.{port_id}"] = Backend.get_weight_value(node, fmodel, port_id)
+    quantizers = list({q.node_name: q for g in chosen for q in g.quantizers}.values())
+    operations = list({op.node_name: op for g in chosen for op in g.operations}.values())
+    edited = revert_operations_to_floating_point_precision(
+        operations, quantizers, qmodel, qgraph, RestoreMode.ACTIVATIONS_AND_WEIGHTS,
+        Backend.get_op_with_weights_metatypes(), Backend.is_node_with_weight, Backend.get_weight_tensor_port_ids)
+    compress_quantize_weights_transformation(edited)  # as nncf.quantize leaves int8 weights
+    return edited, sorted(covered | (names - quantizable))
+
+
+def _result(ov, nncf, job: ConvertJob, qmodel, read_from: str, mode: str, n: int, preset, target, method: str,
+            fast_bc: bool, overflow, reverted: list[str] | None) -> FormatResult:
+    """Save ``qmodel`` as the artifact and describe it."""
+    recipe = job.recipe
     inputs, outputs, evidence_saved = _save(ov, qmodel, job, "NNCF",
                                             "The model may contain no quantizable ops (Convolution, MatMul...).")
-    return FormatResult(
+    result = FormatResult(
         model_file=XML_FILE, inputs=inputs, outputs=outputs, extra_files=[(BIN_FILE, "weights")], precision="int8",
         tools={"openvino": ov.get_version(), "nncf": nncf.__version__},
         route=f"{job.source.format} -> openvino.{'Core.read_model' if Path(read_from).suffix.lower() in ('.onnx', '.tflite') else 'convert_model'}"
@@ -234,6 +336,13 @@ def convert(job: ConvertJob) -> FormatResult:
                                       "float_nodes": list(recipe.float_nodes), "int8_evidence": evidence_saved,
                                       "weights_compressed_to_fp16": False}},
     )
+    if reverted is not None:  # how the recipe's float layers were kept float, and which ops went float
+        result.route += f" -> {len(reverted)} op(s) reverted to float (NNCF accuracy control's quantizer groups)"
+        result.backend_options["openvino"]["float_layers"] = {
+            "how": "quantized whole, then each float layer's group of quantizers removed and its weights and "
+                   "biases restored (as nncf.quantize_with_accuracy_control reverts a layer)",
+            "layers": reverted}
+    return result
 
 
 def _untaken_branch(job: ConvertJob, ov) -> FormatResult:

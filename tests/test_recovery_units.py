@@ -503,3 +503,64 @@ def test_a_float_layer_is_cut_out_of_the_quantized_model_not_quantized_again(tmp
     user = next(n for n in odd.graph.node if reader.output[0] in n.input)
     assert keep_float(odd, fmodel, {user.name}, set()) is None
 
+
+
+def test_openvino_float_layers_are_reverted_in_the_model_quantized_whole_as_nncf_does():
+    """OpenVINO's mixed candidates revert layers in the model NNCF quantized whole, with NNCF's
+    accuracy-control groups: a named convolution loses the FakeQuantize at its input and gets the
+    float model's weights back (not the int8 ones); the model still runs; a layer named by its
+    output (the sensitivity ranking names the op whose output NNCF quantizes) reverts its readers;
+    every op reverted gives the float model's outputs; a name in no quantizer group declines (None:
+    the recipe quantizes again with NNCF's IgnoredScope); the model handed in is not changed."""
+    import nncf
+    import openvino as ov
+    from nncf.openvino.quantization.backend_parameters import BackendParameters
+    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters
+
+    from edge_sdk.converters.openvino_ir import keep_float, stable_names
+
+    src = Path(__file__).resolve().parents[1] / "examples" / "digits" / "digits_cnn.onnx"
+    fmodel = ov.Core().read_model(str(src))
+    shape = [d.get_length() if d.is_static else 1 for d in fmodel.inputs[0].get_partial_shape()]
+    fmodel.reshape({fmodel.inputs[0].get_any_name(): shape})
+    stable_names(fmodel)
+    xs = [np.random.default_rng(i).uniform(0, 1, shape).astype(np.float32) for i in range(8)]
+    qmodel = nncf.quantize(fmodel.clone(), nncf.Dataset(xs), subset_size=len(xs), advanced_parameters=
+                           AdvancedQuantizationParameters(backend_params={BackendParameters.COMPRESS_WEIGHTS: False}))
+    n_fq = sum(op.get_type_name() == "FakeQuantize" for op in qmodel.get_ops())
+
+    def ops(model):
+        return {op.get_friendly_name(): op for op in model.get_ops()}
+
+    def run(model):
+        compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        return [compiled(x)[0] for x in xs]
+
+    def source(port):  # the op feeding an input port, through Convert/decompression of a constant
+        return port.get_source_output().get_node()
+
+    convs = [op for op in fmodel.get_ordered_ops() if op.get_type_name() == "Convolution"]
+    assert len(convs) >= 2
+    conv = convs[1].get_friendly_name()
+    got = keep_float(qmodel, fmodel, {conv})
+    assert got is not None and conv in got[1]
+    edited = ops(got[0])[conv]
+    assert source(edited.input(0)).get_type_name() != "FakeQuantize"
+    weight = source(edited.input(1))
+    assert weight.get_type_name() == "Constant"  # float weights, no int8 constant and decompression
+    np.testing.assert_array_equal(weight.get_data(), source(convs[1].input(1)).get_data())
+    assert sum(op.get_type_name() == "FakeQuantize" for op in qmodel.get_ops()) == n_fq  # untouched
+    run(got[0])
+
+    producer = source(convs[1].input(0)).get_friendly_name()  # the op whose output the conv reads
+    by_output = keep_float(qmodel, fmodel, {producer})
+    assert by_output is not None and conv in by_output[1]
+
+    every = {op.get_friendly_name() for op in fmodel.get_ordered_ops()
+             if op.get_type_name() not in ("Parameter", "Result", "Constant")}
+    whole = keep_float(qmodel, fmodel, every)
+    assert whole is not None and not any(op.get_type_name() == "FakeQuantize" for op in whole[0].get_ops())
+    for a, b in zip(run(whole[0]), run(fmodel)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+    assert keep_float(qmodel, fmodel, {"no such op"}) is None

@@ -96,11 +96,15 @@ COMPUTE_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Convolution
                          "ConvolutionBackpropData", "CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED",
                          "TRANSPOSE_CONV", "BATCH_MATMUL"})
 #: Formats whose mixed candidates edit the model quantized whole (``onnx_qdq.keep_float``) rather
-#: than quantize again: a mixed candidate costs about its gate. Not OpenVINO: cutting NNCF's
-#: FakeQuantize out at a float op's inputs is not what NNCF's IgnoredScope places (it also drops
-#: the quantizers only the ignored op's readers needed): the openWakeWord melspectrogram passed
-#: with Power ignored by NNCF (range error 0.001) and failed with Power's inputs made float (0.011).
+#: than quantize again: a mixed candidate costs about its gate, float layers and op types alike.
 EDITED_FORMATS = frozenset({"onnx-qdq"})
+#: Formats whose float *layers* are an edit of the model quantized whole while float op types
+#: quantize again: OpenVINO reverts layers as NNCF's accuracy control does
+#: (``openvino_ir.keep_float``); an op type goes through NNCF's IgnoredScope, which also drops the
+#: quantizers only the ignored ops' readers needed - cutting the FakeQuantize at a float op's
+#: inputs instead failed the openWakeWord melspectrogram (Power float: range error 0.011 against
+#: 0.001 with Power ignored by NNCF).
+LAYER_EDITED_FORMATS = EDITED_FORMATS | {"openvino-ir"}
 #: Ops that are never layers of their own (graph structure, constants, the quantizers themselves).
 STRUCTURAL_OPS = frozenset({"Parameter", "Constant", "Result", "Convert", "FakeQuantize", "QuantizeLinear",
                             "DequantizeLinear", "ShapeOf"})
@@ -399,18 +403,25 @@ class Loop:
         """What a step took, in the budget's clock."""
         return step.get(self.key, step["seconds"])
 
-    def estimate(self) -> float:
+    def estimate(self, requantize: bool = False) -> float:
         """What the next candidate will take: the longest recovery candidate of the current stage
         (they reuse the calibration statistics the baseline computed; after the sensitivity ranking,
         the longest mixed candidate: an ONNX one edits the quantized model instead of quantizing
         again, 9-12 CPU s on PP-OCRv4 rec jetson-orin against 13-17 for a calibration candidate,
-        nearly all of it the gate), else the longest so far, else the baseline's."""
+        nearly all of it the gate), else the longest so far, else the baseline's.
+
+        Args:
+            requantize: the next candidate keeps op types float, which quantizes again in a
+                format that edits only layers (OpenVINO): it takes what its quantizing candidates took.
+        """
+        made = [s for s in self.steps[1:] if "skipped" not in s and "ranking" not in s and "error" not in s]
+        if requantize and self.fmt in LAYER_EDITED_FORMATS - EDITED_FORMATS:
+            return max(self.cost(s) for s in [self.steps[0], *made] if not s.get("edited"))
         ranked = next((i for i, s in enumerate(self.steps) if "ranking" in s), None)
         stage = [s for s in self.steps[ranked + 1:] if "skipped" not in s] if ranked is not None else []
         if stage:
             return max(self.cost(s) for s in stage)
-        made = [s for s in self.steps[1:] if "skipped" not in s and "ranking" not in s and "error" not in s]
-        if ranked is not None and self.fmt in EDITED_FORMATS:
+        if ranked is not None and self.fmt in LAYER_EDITED_FORMATS:
             # No mixed candidate yet, and this format's are an edit of a calibration candidate's
             # model plus their gate: estimated as the longest gate so far, with half again for the
             # edit and the manifest.
@@ -420,10 +431,10 @@ class Loop:
         costs = [self.cost(s) for s in made]
         return max(costs) if costs else self.cost(self.steps[0])
 
-    def fits(self, candidates: int = 1) -> bool:
+    def fits(self, candidates: int = 1, requantize: bool = False) -> bool:
         """Whether the next ``candidates`` steps, at their estimate, end before the deadline: the
         budget is kept, not overrun by the step that starts just before it ends."""
-        return self.time_left() >= candidates * self.estimate()
+        return self.time_left() >= candidates * self.estimate(requantize)
 
     def graph(self) -> Any:
         """:func:`format_graph` of this format, read once per loop."""
@@ -765,7 +776,7 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
     for k in TYPE_STEPS:
         if k > len(types):
             break
-        if not loop.fits():  # the advice must say the budget ended the search, not that it finished
+        if not loop.fits(requantize=True):  # the advice must say the budget ended the search, not that it finished
             rec.stopped = "time budget"
             return best
         chosen = types[:k]

@@ -69,7 +69,13 @@ class Candidate:
                 "float_nodes": list(self.recipe.float_nodes),
                 "seconds": round(self.seconds, 2), "passed": self.passed, "score": round(self.score, 4),
                 "figures": acc.format_metrics(self.report["outputs"]),
-                **{f"gate_{k}": round(v, 2) for k, v in gate.items()}}
+                **{f"gate_{k}": round(v, 2) for k, v in gate.items()},
+                **({"edited": True} if self.edited else {})}
+
+    @property
+    def edited(self) -> bool:
+        """Whether its float layers were cut out of the model quantized whole (not quantized again)."""
+        return any("float_layers" in opts for opts in self.result.backend_options.values() if isinstance(opts, dict))
 
 
 def make_candidate(ctx: "BuildContext", fmt: str, recipe: Recipe, folder: Path, cache: dict) -> Candidate:
