@@ -319,8 +319,9 @@ def _result(ov, nncf, job: ConvertJob, qmodel, read_from: str, mode: str, n: int
             fast_bc: bool, overflow, reverted: list[str] | None) -> FormatResult:
     """Save ``qmodel`` as the artifact and describe it."""
     recipe = job.recipe
-    inputs, outputs, evidence_saved = _save(ov, qmodel, job, "NNCF",
-                                            "The model may contain no quantizable ops (Convolution, MatMul...).")
+    inputs, outputs, evidence_saved = _save(ov, qmodel, job, "NNCF" if reverted is None else "Reverting the float layers",
+                                            "The model may contain no quantizable ops (Convolution, MatMul...)."
+                                            if reverted is None else "Every quantized op was among the float layers.")
     result = FormatResult(
         model_file=XML_FILE, inputs=inputs, outputs=outputs, extra_files=[(BIN_FILE, "weights")], precision="int8",
         tools={"openvino": ov.get_version(), "nncf": nncf.__version__},

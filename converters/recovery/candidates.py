@@ -75,7 +75,8 @@ class Candidate:
     @property
     def edited(self) -> bool:
         """Whether its float layers were cut out of the model quantized whole (not quantized again)."""
-        return any("float_layers" in opts for opts in self.result.backend_options.values() if isinstance(opts, dict))
+        return any(isinstance(opts.get("float_layers"), dict) and "how" in opts["float_layers"]
+                   for opts in self.result.backend_options.values() if isinstance(opts, dict))
 
 
 def make_candidate(ctx: "BuildContext", fmt: str, recipe: Recipe, folder: Path, cache: dict) -> Candidate:

@@ -45,15 +45,18 @@ def test_detectors_and_classifiers_publish_on_the_cpu_profiles(results):
     """What holds early in recovery's search, so on a slower machine too (docs/accuracy-wider.md has
     every row): BlazeFace short range and the direction classifier on every CPU profile; BlazePalm
     full on OpenVINO and jetson-orin's ONNX; BlazePose's detector on both (its boxes judged where it
-    detects). BlazeFace full range on OpenVINO is not asserted: it passed at score error 0.09 on an
-    AVX-512 VNNI host and stays at 0.11 on an AVX2 one, where recovery's budget ends before its
-    mixed-precision steps (docs/architecture.md, "the same int8 IR")."""
+    detects). BlazeFace full range on OpenVINO: no calibration alternative passes it (median ranges:
+    score error 0.111 > 0.1, on AVX2 and AVX-512 VNNI hosts alike); one layer reverted to float in
+    the model NNCF quantized whole does (0.094), a candidate that costs about its gate, so recovery's
+    budget reaches it (quantizing again per candidate, it had ended before)."""
     published = {(r["model"], r["profile"]) for res in results.values() for r in res["rows"] if r["status"] == "published"}
     for name in ("face_detection_short_range", "ppocr_direction_cls"):
         for profile in ("intel-cpu", "jetson-orin", "arm-cpu"):
             assert (name, profile) in published, (name, profile, results[name]["rows"])
     for profile in ("intel-cpu", "jetson-orin"):
         assert ("pose_detection", profile) in published, (profile, results["pose_detection"]["rows"])
+    full = {r["profile"]: r for r in results["face_detection_full_range_sparse"]["rows"]}["intel-cpu"]
+    assert full["status"] == "published" and "reverted to float" in full["route"], full
     # BlazePalm full on real hands: OpenVINO without recovery, ONNX QDQ with its first alternative
     for profile in ("intel-cpu", "jetson-orin"):
         assert ("palm_detection_full", profile) in published, (profile, results["palm_detection_full"]["rows"])
