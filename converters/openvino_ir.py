@@ -54,7 +54,22 @@ def _read(job: ConvertJob):
         _source_output_names(model, job)
         model.reshape({name: ov.PartialShape(shape) for name, shape in job.input_shapes.items()})
     except Exception as exc:  # noqa: BLE001 - OpenVINO raises C++ exceptions as RuntimeError subclasses
-        raise _frontend_error(ov, job, exc) from None
+        error = _frontend_error(ov, job, exc)
+        if job.source.format != "tflite" or "cannot read op" not in error.message:
+            raise error from None
+        # An op OpenVINO's TFLite frontend has no translator for (IF: openWakeWord's two-stage
+        # classifiers): the static ONNX form the pipeline makes for the ONNX profiles, whose
+        # frontend has it. Said in the log and the route.
+        job.log(f"{error.message.split(' (')[0]}: reading the model's static ONNX form instead")
+        try:
+            src = job.onnx()
+            model = ov.Core().read_model(str(src))
+            _source_output_names(model, job)
+            model.reshape({name: ov.PartialShape(shape) for name, shape in job.input_shapes.items()})
+        except Exception:  # noqa: BLE001 - the TFLite frontend's error is the one to report
+            raise error from None
+        stable_names(model)
+        return model, str(src)
     stable_names(model, counters=job.source.format == "tflite")
     return model, str(src)
 
