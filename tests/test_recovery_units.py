@@ -564,3 +564,21 @@ def test_openvino_float_layers_are_reverted_in_the_model_quantized_whole_as_nncf
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
     assert keep_float(qmodel, fmodel, {"no such op"}) is None
+
+
+def test_the_float_compute_record_counts_what_the_converter_made_float():
+    """The compute share in the manifest counts the layers the converter reports float (an OpenVINO
+    revert also makes float the ops sharing a removed quantizer), not only the recipe's names."""
+    import openvino as ov
+
+    from edge_sdk.converters.openvino_ir import stable_names
+    from edge_sdk.converters.recovery import _compute_ops, float_compute
+
+    model = ov.Core().read_model(str(Path(__file__).resolve().parents[1] / "examples" / "digits" / "digits_cnn.onnx"))
+    stable_names(model)
+    compute = [name for name, _ in _compute_ops(model)]
+    assert len(compute) >= 3
+    recipe = Recipe(float_nodes=(compute[0],), name="mixed(1)")
+    assert float_compute(model, recipe)["float"] == 1
+    got = float_compute(model, recipe, {compute[0], compute[1]})
+    assert got["float"] == 2 and got["int8_share"] == round(1 - 2 / len(compute), 3)

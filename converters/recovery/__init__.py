@@ -314,8 +314,13 @@ def _compute_ops(graph: Any) -> list[tuple[str, str]]:
     return [(n, op) for n, op in _graph_names(graph) if op in COMPUTE_OPS]
 
 
-def float_compute(graph: Any, recipe: Recipe) -> dict[str, Any] | None:
+def float_compute(graph: Any, recipe: Recipe, reverted: set[str] | frozenset[str] = frozenset()) -> dict[str, Any] | None:
     """How much of the int8 model's compute (convolutions, matmuls) a recipe keeps float.
+
+    Args:
+        reverted: the layers the converter actually made float, where it says (an OpenVINO revert
+            also makes float the ops that share a removed quantizer: the openWakeWord
+            melspectrogram's mel matmul went float with its two STFT convolutions).
 
     Returns:
         ``{"total", "float", "int8_share"}`` over the format's compute ops, or None when the recipe
@@ -326,14 +331,16 @@ def float_compute(graph: Any, recipe: Recipe) -> dict[str, Any] | None:
     compute = _compute_ops(graph)
     if not compute:
         return None
-    floats = set(recipe.float_nodes)
+    floats = set(recipe.float_nodes) | set(reverted)
     kept = sum(1 for n, op in compute if n in floats or op in recipe.float_ops)
     return {"total": len(compute), "float": kept, "int8_share": round(1 - kept / len(compute), 3)}
 
 
 def _say_float_compute(loop: "Loop", rec: "Recovery") -> None:
     try:
-        rec.compute = float_compute(loop.graph(), rec.chosen.recipe)
+        reverted = {n for opts in rec.chosen.result.backend_options.values() if isinstance(opts, dict)
+                    and isinstance(opts.get("float_layers"), dict) for n in opts["float_layers"].get("layers", [])}
+        rec.compute = float_compute(loop.graph(), rec.chosen.recipe, reverted)
     except Exception:  # noqa: BLE001 - a figure for the record; never fails a conversion
         rec.compute = None
     c = rec.compute

@@ -221,7 +221,11 @@ def _costs(folder: Path, fmt: str) -> dict[str, Any]:
     rec = (m.backend_options.get("recovery") or {}).get(fmt) or {}
     size = sum(a.size_bytes for a in m.artifacts if a.format == fmt and a.role in ("model", "weights"))
     out = {"recipe": (rec.get("recipe") or {}).get("name", "baseline"),
-           "float_layers": len((rec.get("recipe") or {}).get("float_nodes", [])),
+           # what the converter made float (an OpenVINO revert takes the ops sharing a quantizer too)
+           "float_layers": len(set((rec.get("recipe") or {}).get("float_nodes", [])) | {
+               n for opts in m.backend_options.values() if isinstance(opts, dict)
+               and isinstance(opts.get("float_layers"), dict) for n in opts["float_layers"].get("layers", [])}),
+           "compute_int8": (rec.get("compute_ops") or {}).get("int8_share"),
            "float_types": (rec.get("recipe") or {}).get("float_ops", []),
            "calibration": (rec.get("recipe") or {}).get("calibration", m.profile.spec["quantization"]["calibration_method"]),
            "recovery_s": rec.get("seconds"), "size_kb": round(size / 1024), "p50_ms": rec.get("p50_ms_after"),
@@ -274,6 +278,8 @@ def markdown(results: list[dict[str, Any]], title: str = "Accuracy on real model
             recipe = r.get("recipe", "baseline")
             if r.get("float_layers"):
                 recipe += f", {r['float_layers']} layer(s) float"
+            if r.get("compute_int8") is not None:
+                recipe += f" (convolutions/matmuls int8: {r['compute_int8']:.0%})"
             if r.get("float_types") and not recipe.startswith("float op types"):
                 recipe += f", float op types {', '.join(r['float_types'])}"
             if r.get("calibration") and r["calibration"] != "minmax":
