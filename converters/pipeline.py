@@ -451,12 +451,20 @@ def _memo(make: Callable[[], Path]) -> Callable[[], Path]:
 
 
 def _fold_tflite(source: SourceModel, path: Path, log) -> Path:
-    from .tflite_native import fold_constants
+    """The float TFLite every route reads: sparse/fp16 weights folded to dense constants, and
+    MediaPipe's custom transposed convolution written as builtins (the source itself where neither
+    applies)."""
+    from .tflite_native import builtin_transpose_conv, fold_constants
 
     folded, counts = fold_constants(Path(source.path).read_bytes())
-    if not counts:
+    folded, rewritten = builtin_transpose_conv(folded)
+    if not counts and not rewritten:
         return Path(source.path)
-    log("folded constant weights of the TFLite source: " + ", ".join(f"{n} x{c}" for n, c in counts.items()))
+    if counts:
+        log("folded constant weights of the TFLite source: " + ", ".join(f"{n} x{c}" for n, c in counts.items()))
+    if rewritten:
+        log(f"rewrote MediaPipe's custom op Convolution2DTransposeBias x{rewritten} as TRANSPOSE_CONV + ADD "
+            "(the same arithmetic, in ops OpenVINO, tf2onnx and the int8 quantizer read)")
     path = path.with_name(f"{Path(source.path).stem}.folded.tflite")
     path.write_bytes(folded)
     return path

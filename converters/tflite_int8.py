@@ -119,6 +119,9 @@ def _tflite(job: ConvertJob) -> Converted:
     steps = "tflite (float)" + (" -> fold sparse/fp16 weights" if Path(job.float_tflite()) != Path(job.source.path) else "")
     converted = Converted(model, steps, _tool_versions("ai-edge-litert"))
     converted.custom_ops = custom_ops(model)
+    rewritten = sorted(set(custom_ops(Path(job.source.path).read_bytes())) - set(converted.custom_ops))
+    if rewritten:  # pipeline._fold_tflite wrote them as builtins
+        converted.route += f" -> custom {', '.join(rewritten)} as TRANSPOSE_CONV + ADD"
     if converted.custom_ops:
         converted.warnings.append(f"custom op(s) {', '.join(converted.custom_ops)} stay float (LiteRT runs them on "
                                   "the CPU; no quantizer can touch them)")

@@ -167,6 +167,64 @@ def decompose_prelu(model: bytes) -> tuple[bytes, int]:
     return _pack(m, len(model) + 4096 * len(targets)), len(targets)
 
 
+#: MediaPipe's TfLitePadding codes in ``Convolution2DTransposeBias``'s options -> the schema's Padding.
+_MP_PADDING = {1: "SAME", 2: "VALID"}
+
+
+def builtin_transpose_conv(model: bytes) -> tuple[bytes, int]:
+    """Rewrite MediaPipe's custom ``Convolution2DTransposeBias`` (input, weights, 1-D bias; options
+    padding, stride_w, stride_h as int32) as the builtin ``TRANSPOSE_CONV`` followed by an ``ADD``
+    of the bias: the same arithmetic in float, in ops every tool reads.
+
+    Only LiteRT runs the custom op: OpenVINO's TFLite frontend and tf2onnx refuse the model
+    (MediaPipe's selfie segmentation: no intel-cpu, jetson-orin or ONNX artifact), and the int8
+    route left it float between quantize/dequantize pairs, where the Edge TPU stops mapping. The
+    ``ADD`` writes the custom op's own output tensor, so names downstream are unchanged. An op
+    whose options or output shape are not what MediaPipe writes (static) is left as it is.
+
+    Returns:
+        (the rewritten model, how many ops were rewritten); the input itself when there are none.
+    """
+    schema, m = _load(model)
+    if not m.subgraphs:
+        return model, 0
+    names = _op_names(schema, m)
+    sg = m.subgraphs[0]
+    targets = {}
+    for k, op in enumerate(sg.operators or []):
+        if names[op.opcodeIndex] != "CUSTOM:Convolution2DTransposeBias" or len(op.inputs) != 3 or len(op.outputs) != 1:
+            continue
+        opts = bytes(bytearray(op.customOptions)) if op.customOptions is not None else b""
+        if len(opts) < 12:
+            continue
+        padding, stride_w, stride_h = (int(v) for v in np.frombuffer(opts[:12], np.int32))
+        out = sg.tensors[int(op.outputs[0])]
+        shape = None if out.shape is None else [int(d) for d in out.shape]
+        if padding not in _MP_PADDING or stride_w < 1 or stride_h < 1 or not shape or min(shape) < 1 \
+                or not _is_const(m, sg, int(op.inputs[1])):
+            continue
+        targets[k] = (padding, stride_w, stride_h, shape)
+    if not targets:
+        return model, 0
+    edit = _Editor(schema, m, sg)
+    out_ops = []
+    for k, op in enumerate(sg.operators):
+        if k not in targets:
+            out_ops.append(op)
+            continue
+        padding, stride_w, stride_h, shape = targets[k]
+        x, w, b = (int(i) for i in op.inputs)
+        y = int(op.outputs[0])
+        conv_out = edit.tensor_like(y, "transpose_conv")
+        tconv = edit.op("TRANSPOSE_CONV", [edit.const_int32(shape, y, "output_shape"), w, x], [conv_out],
+                        "TransposeConvOptions")
+        tconv.builtinOptions.padding = getattr(schema.Padding, _MP_PADDING[padding])
+        tconv.builtinOptions.strideW, tconv.builtinOptions.strideH = stride_w, stride_h
+        out_ops += [tconv, edit.op("ADD", [conv_out, b], [y], "AddOptions")]
+    sg.operators = out_ops
+    return _pack(m, len(model) + 4096 * len(targets)), len(targets)
+
+
 class _Editor:
     """New tensors, ops and opcodes for a graph rewrite (object API of the TFLite schema)."""
 
@@ -194,6 +252,18 @@ class _Editor:
         t.name = f"{base}/{suffix}"
         self.m.buffers.append(self.schema.BufferT())
         t.buffer = len(self.m.buffers) - 1
+        self.sg.tensors.append(t)
+        return len(self.sg.tensors) - 1
+
+    def const_int32(self, values: list[int], like: int, suffix: str) -> int:
+        """A new constant int32 tensor named after tensor ``like``."""
+        buf = self.schema.BufferT()
+        buf.data = np.frombuffer(np.asarray(values, np.int32).tobytes(), np.uint8)
+        self.m.buffers.append(buf)
+        t = self.schema.TensorT()
+        base = self.sg.tensors[like].name
+        t.name = f"{base.decode() if isinstance(base, bytes) else base}/{suffix}"
+        t.shape, t.type, t.buffer = [len(values)], self.schema.TensorType.INT32, len(self.m.buffers) - 1
         self.sg.tensors.append(t)
         return len(self.sg.tensors) - 1
 

@@ -1,6 +1,7 @@
 """Float TFLite sources as model zoos ship them (no signature, sparse and fp16 weights, a MediaPipe
 custom op), built by code: each converts to int8 TFLite natively, no ONNX detour, within the gate;
-the targets that cannot take a custom op say which runtimes can."""
+MediaPipe's transposed convolution is rewritten into builtins; the targets that cannot take a custom
+op no rewrite knows say which runtimes can."""
 
 from __future__ import annotations
 
@@ -70,7 +71,51 @@ def test_converts_natively_for_arm_coral_and_intel(zoo, kind):
     assert "tf2onnx" not in intel.tools  # OpenVINO read the (folded) TFLite itself
 
 
-def test_custom_op_stays_float_is_reported_and_other_targets_say_who_can_run_it(zoo):
+def test_mediapipes_transposed_convolution_is_rewritten_exactly_and_every_profile_converts(zoo, tmp_path):
+    """MediaPipe's custom Convolution2DTransposeBias becomes TRANSPOSE_CONV + ADD in the float
+    TFLite every route reads: LiteRT computes the same mask from both; OpenVINO and the ONNX
+    profiles, which cannot read the custom op, now convert; the int8 TFLite quantizes it."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from edge_sdk.converters.tflite_native import builtin_transpose_conv, custom_ops, fold_constants
+
+    root, models = zoo
+    raw = fold_constants(models["custom"].read_bytes())[0]
+    rewritten, n = builtin_transpose_conv(raw)
+    assert n == 1 and custom_ops(raw) == ["Convolution2DTransposeBias"] and custom_ops(rewritten) == []
+    (tmp_path / "rewritten.tflite").write_bytes(rewritten)
+    assert {"TRANSPOSE_CONV", "ADD"} <= set(op_names(tmp_path / "rewritten.tflite"))
+    x = zoo_feeds(4, seed=9)
+    outs = []
+    for model in (raw, rewritten):
+        it = Interpreter(model_content=model)
+        it.allocate_tensors()
+        got = []
+        for i in range(len(x)):
+            it.set_tensor(it.get_input_details()[0]["index"], x[i:i + 1])
+            it.invoke()
+            got.append(it.get_tensor(it.get_output_details()[0]["index"]).copy())
+        outs.append(np.concatenate(got))
+    assert outs[0].max() > 0.5  # a mask, not zeros
+    np.testing.assert_allclose(outs[1], outs[0], atol=1e-5)
+
+    s = _convert(root, models["custom"], ["arm-cpu", "intel-cpu", "jetson-orin"], "out_rewritten")
+    by = {p.profile: p for p in s.profiles}
+    assert all(by[p].published for p in ("arm-cpu", "intel-cpu", "jetson-orin")), \
+        [(p.profile, [(o.format, o.status, o.reason) for o in p.outcomes]) for p in s.profiles]
+    arm = read_manifest(by["arm-cpu"].folder)
+    assert "CUSTOM:Convolution2DTransposeBias" not in op_names(by["arm-cpu"].folder + "/model.tflite")
+    assert "TRANSPOSE_CONV" in op_names(by["arm-cpu"].folder + "/model.tflite")
+    assert not any("stay float" in w for w in arm.warnings)
+    assert "Convolution2DTransposeBias as TRANSPOSE_CONV + ADD" in arm.backend_options["routes"]["tflite-int8"]
+
+
+def test_custom_op_stays_float_is_reported_and_other_targets_say_who_can_run_it(zoo, monkeypatch):
+    """A custom op LiteRT runs and no rewrite knows (here: the rewrite switched off) stays float in
+    the int8 TFLite, is reported, and the targets that cannot read it say which can."""
+    from edge_sdk.converters import tflite_native
+
+    monkeypatch.setattr(tflite_native, "builtin_transpose_conv", lambda model: (model, 0))
     root, models = zoo
     s = _convert(root, models["custom"], ["arm-cpu", "coral-edgetpu", "intel-cpu", "jetson-orin"], "out_custom")
     by = {p.profile: p for p in s.profiles}

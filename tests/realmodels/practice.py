@@ -93,9 +93,10 @@ MEMBERS: dict[str, Member] = {
     "rocket.jpg": Member(*_SKI, "skimage/data/rocket.jpg", "c2dd0de7c538df8d111e479619b129464d0269d0ae5fd18ca91d33a7fdfea95c"),
     "motorcycle_left.png": Member(*_SKI, "skimage/data/motorcycle_left.png",
                                   "db18e9c4157617403c3537a6ba355dfeafe9a7eabb6b9b94cb33f6525dd49179"),
+    "selfie_segmentation.tflite": Member(*_MP, "mediapipe/modules/selfie_segmentation/selfie_segmentation.tflite",
+                                         "9ee168ec7c8f2a16c56fe8e1cfbc514974cbbb7e434051b455635f1bd1462f5c"),
     # Kept for local sweeps only.
     "ch_PP-OCRv4_det_infer.onnx": Member(*_OCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx", ""),
-    "selfie_segmentation.tflite": Member(*_MP, "mediapipe/modules/selfie_segmentation/selfie_segmentation.tflite", ""),
     "hand_landmark_lite.tflite": Member(*_MP, "mediapipe/modules/hand_landmark/hand_landmark_lite.tflite", ""),
     "astronaut.png": Member(*_SKI, "skimage/data/astronaut.png", "88431cd9653ccd539741b555fb0a46b61558b301d4110412b5bc28b5e3ea6cb5"),
     "page.png": Member(*_SKI, "skimage/data/page.png", ""),

@@ -62,6 +62,16 @@ def test_detectors_and_classifiers_publish_on_the_cpu_profiles(results):
         assert ("palm_detection_full", profile) in published, (profile, results["palm_detection_full"]["rows"])
 
 
+def test_a_custom_op_no_other_tool_reads_no_longer_stops_any_profile(results):
+    """MediaPipe's Convolution2DTransposeBias (selfie segmentation) is rewritten as builtins: OpenVINO
+    and both ONNX profiles convert it (before, only the TFLite formats did), the int8 TFLite runs it
+    int8 (the Edge TPU maps every op), and OpenVINO publishes."""
+    rows = {(r["profile"], r["format"]): r for r in results["selfie_segmentation"]["rows"]}
+    assert all(r["status"] != "conversion_failed" for r in rows.values()), rows
+    assert rows[("intel-cpu", "openvino-ir")]["status"] == "published"
+    assert rows[("coral-edgetpu", "tflite-int8")].get("tpu_share") == 1.0
+
+
 def test_a_two_stage_classifier_converts_where_its_data_allows(results):
     """hey_jarvis's If, with calibration data that never takes the verifier branch: ONNX QDQ and the
     onnx2tf int8 TFLite publish; OpenVINO publishes what ONNX Runtime quantized (NNCF calibrates

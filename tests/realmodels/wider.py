@@ -3,7 +3,8 @@ with default recovery and judged like the practice set (gate against the model's
 
 The practice set is what the issues name; these are models of the same kinds that no issue named
 and that recovery was not tuned on: BlazeFace short and full range (sparse weights), BlazePose's
-detector, BlazePalm full, PP-OCR's text-direction classifier and openWakeWord's two-stage
+detector, BlazePalm full, MediaPipe's selfie segmentation (a custom op), PP-OCR's text-direction
+classifier and openWakeWord's two-stage
 ``hey_jarvis`` classifier (an ``If`` over a verifier head), as ONNX and as float TFLite.
 
 ``python tests/realmodels/wider.py --write-docs`` regenerates ``docs/accuracy-wider.md``;
@@ -45,6 +46,11 @@ CASES = [
            lambda: T.direction_task(D.direction_lines(40, 2)[1]),
            "PP-OCR text-direction classifier (MobileNetV3, hard-swish), 2 classes; rendered lines, half turned "
            "by 180 degrees, read against the truth", convert_args={"input_shapes": ["x:1,3,48,192"]}),
+    M.Case("selfie_segmentation", "selfie_segmentation.tflite", "input_1",
+           lambda n, s: D.scene_crops(n, 256, s, (0.3, 0.9), pm1=False), lambda: T.mask_task,
+           "MediaPipe selfie segmentation: a person mask (sigmoid) decoded by MediaPipe's custom transposed "
+           "convolution (Convolution2DTransposeBias) and fp16 weights; crops of a photo of a person, and of photos "
+           "without one"),
     M.Case("hey_jarvis", "hey_jarvis_v0.1.onnx", "x.1", D.wake_features, lambda: T.wake_task,
            "openWakeWord hey_jarvis: a score, then If(score >= 0.5) a verifier head; embeddings of speech-like "
            "audio (no wake word: the verifier branch is never taken)"),
