@@ -170,7 +170,9 @@ def test_killed_device_with_devices_all_is_a_failed_row_and_exit_10(tmp_path, qs
         import subprocess
 
         j = tmp_path / "r.json"
-        proc = subprocess.Popen([EXE, "bench", str(qs / "intel-cpu"), "--fleet", f.address, "--duration", "5",
+        # A run far longer than the test: the device is killed while it runs, whatever the load
+        # (with 5 s, a busy CI host's status polls took long enough for the run to end first).
+        proc = subprocess.Popen([EXE, "bench", str(qs / "intel-cpu"), "--fleet", f.address, "--duration", "60",
                                  "--power", "none", "--json-out", str(j)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
         time.sleep(1.0)
