@@ -159,8 +159,15 @@ def test_inferences_really_overlap(arts, backend):
     benchmarks/bench_pipeline.py (docs/benchmarks.md) instead of asserted here."""
     frames = bgr_frames(24, seed=6)
     with load(arts, backend, num_threads=1) as model:
-        list(model.pipeline(frames, max_in_flight=2, color="bgr"))
-        assert model.last_pipeline["peak"] == 2, model.last_pipeline
+        # Whether two calls meet is up to the OS scheduler on a small model (one CI run saw a
+        # LiteRT pass of 24 frames where each call ended before the next began): up to five passes.
+        peaks = []
+        for _ in range(5):
+            list(model.pipeline(frames, max_in_flight=2, color="bgr"))
+            peaks.append(model.last_pipeline["peak"])
+            if peaks[-1] == 2:
+                break
+        assert peaks[-1] == 2 and max(peaks) <= 2, (peaks, model.last_pipeline)
         list(model.pipeline(frames, max_in_flight=1, color="bgr"))
         assert model.last_pipeline["peak"] == 1  # one in flight: never two at once
 
