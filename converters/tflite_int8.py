@@ -112,16 +112,20 @@ def _onnx(job: ConvertJob) -> Converted:
 @ROUTES.register("tflite")
 def _tflite(job: ConvertJob) -> Converted:
     """Float TFLite: the source itself, sparse/fp16 weights folded, static shapes; no ONNX detour."""
-    from .tflite_native import custom_ops, static_shapes
+    from .tflite_native import FOLDABLE, custom_ops, static_shapes, used_ops
 
     folded = Path(job.float_tflite()).read_bytes()
     model = static_shapes(folded, job.input_shapes)
-    steps = "tflite (float)" + (" -> fold sparse/fp16 weights" if Path(job.float_tflite()) != Path(job.source.path) else "")
+    steps = "tflite (float)"
+    if Path(job.float_tflite()) != Path(job.source.path):  # what pipeline._fold_tflite did to the source
+        source_ops = used_ops(Path(job.source.path).read_bytes())
+        rewritten = sorted(n.split(":", 1)[1] for n in source_ops - used_ops(model) if n.startswith("CUSTOM:"))
+        if source_ops & set(FOLDABLE):
+            steps += " -> fold sparse/fp16 weights"
+        if rewritten:
+            steps += f" -> custom {', '.join(rewritten)} as TRANSPOSE_CONV + ADD"
     converted = Converted(model, steps, _tool_versions("ai-edge-litert"))
     converted.custom_ops = custom_ops(model)
-    rewritten = sorted(set(custom_ops(Path(job.source.path).read_bytes())) - set(converted.custom_ops))
-    if rewritten:  # pipeline._fold_tflite wrote them as builtins
-        converted.route += f" -> custom {', '.join(rewritten)} as TRANSPOSE_CONV + ADD"
     if converted.custom_ops:
         converted.warnings.append(f"custom op(s) {', '.join(converted.custom_ops)} stay float (LiteRT runs them on "
                                   "the CPU; no quantizer can touch them)")

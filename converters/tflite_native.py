@@ -68,13 +68,18 @@ def _op_names(schema, m) -> list[str]:
     return out
 
 
-def custom_ops(model: bytes) -> list[str]:
-    """Names of the custom ops a TFLite model uses (e.g. ``Convolution2DTransposeBias``)."""
+def used_ops(model: bytes) -> set[str]:
+    """Names of the ops a TFLite model uses, custom ones as ``CUSTOM:<name>``."""
     schema, m = _load(model)
     used = {m.subgraphs[s].operators[k].opcodeIndex for s in range(len(m.subgraphs or []))
             for k in range(len(m.subgraphs[s].operators or []))}
     names = _op_names(schema, m)
-    return sorted({names[i].split(":", 1)[1] for i in used if names[i].startswith("CUSTOM:")})
+    return {names[i] for i in used}
+
+
+def custom_ops(model: bytes) -> list[str]:
+    """Names of the custom ops a TFLite model uses (e.g. ``Convolution2DTransposeBias``)."""
+    return sorted(n.split(":", 1)[1] for n in used_ops(model) if n.startswith("CUSTOM:"))
 
 
 def _is_const(m, sg, idx: int) -> bool:
@@ -140,30 +145,41 @@ def decompose_prelu(model: bytes) -> tuple[bytes, int]:
     Returns:
         (the rewritten model, how many PReLUs were rewritten); the input itself when there are none.
     """
+    def pick(m, sg, name: str, op) -> bool | None:
+        return name == "PRELU" and len(op.inputs) == 2 and _is_const(m, sg, int(op.inputs[1])) or None
+
+    def build(edit: "_Editor", op, _) -> list:
+        x, alpha, y = int(op.inputs[0]), int(op.inputs[1]), int(op.outputs[0])
+        r, neg = edit.tensor_like(y, "prelu_relu"), edit.tensor_like(y, "prelu_negative")
+        scaled = edit.tensor_like(y, "prelu_scaled")
+        relu = edit.op("MUL", [x, edit.one()], [r], "MulOptions")  # int8 RELU is not delegated; MUL's fused RELU is
+        relu.builtinOptions.fusedActivationFunction = edit.schema.ActivationFunctionType.RELU
+        return [relu, edit.op("SUB", [x, r], [neg], "SubOptions"),
+                edit.op("MUL", [neg, alpha], [scaled], "MulOptions"), edit.op("ADD", [r, scaled], [y], "AddOptions")]
+
+    return _rewrite_ops(model, pick, build)
+
+
+def _rewrite_ops(model: bytes, pick, build) -> tuple[bytes, int]:
+    """Replace ops of the main subgraph: ``pick(m, sg, op name, op)`` returns what ``build`` needs
+    for an op to replace (None to keep it); ``build(editor, op, picked)`` returns the ops that
+    replace it (the last writing the op's own output tensor, so names downstream hold).
+
+    Returns:
+        (the rewritten model, how many ops were replaced); the input itself when none.
+    """
     schema, m = _load(model)
     if not m.subgraphs:
         return model, 0
     names = _op_names(schema, m)
     sg = m.subgraphs[0]
-    targets = {k for k, op in enumerate(sg.operators or []) if names[op.opcodeIndex] == "PRELU"
-               and len(op.inputs) == 2 and _is_const(m, sg, int(op.inputs[1]))}
+    targets = {k: got for k, op in enumerate(sg.operators or [])
+               if (got := pick(m, sg, names[op.opcodeIndex], op)) is not None}
     if not targets:
         return model, 0
-
     edit = _Editor(schema, m, sg)
-    out_ops = []
-    for k, op in enumerate(sg.operators):
-        if k not in targets:
-            out_ops.append(op)
-            continue
-        x, alpha, y = int(op.inputs[0]), int(op.inputs[1]), int(op.outputs[0])
-        r, neg = edit.tensor_like(y, "prelu_relu"), edit.tensor_like(y, "prelu_negative")
-        scaled = edit.tensor_like(y, "prelu_scaled")
-        relu = edit.op("MUL", [x, edit.one()], [r], "MulOptions")  # int8 RELU is not delegated; MUL's fused RELU is
-        relu.builtinOptions.fusedActivationFunction = schema.ActivationFunctionType.RELU
-        out_ops += [relu, edit.op("SUB", [x, r], [neg], "SubOptions"),
-                    edit.op("MUL", [neg, alpha], [scaled], "MulOptions"), edit.op("ADD", [r, scaled], [y], "AddOptions")]
-    sg.operators = out_ops
+    sg.operators = [new for k, op in enumerate(sg.operators)
+                    for new in (build(edit, op, targets[k]) if k in targets else [op])]
     return _pack(m, len(model) + 4096 * len(targets)), len(targets)
 
 
@@ -185,44 +201,32 @@ def builtin_transpose_conv(model: bytes) -> tuple[bytes, int]:
     Returns:
         (the rewritten model, how many ops were rewritten); the input itself when there are none.
     """
-    schema, m = _load(model)
-    if not m.subgraphs:
-        return model, 0
-    names = _op_names(schema, m)
-    sg = m.subgraphs[0]
-    targets = {}
-    for k, op in enumerate(sg.operators or []):
-        if names[op.opcodeIndex] != "CUSTOM:Convolution2DTransposeBias" or len(op.inputs) != 3 or len(op.outputs) != 1:
-            continue
+    def pick(m, sg, name: str, op) -> tuple | None:
+        if name != "CUSTOM:Convolution2DTransposeBias" or len(op.inputs) != 3 or len(op.outputs) != 1:
+            return None
         opts = bytes(bytearray(op.customOptions)) if op.customOptions is not None else b""
         if len(opts) < 12:
-            continue
+            return None
         padding, stride_w, stride_h = (int(v) for v in np.frombuffer(opts[:12], np.int32))
         out = sg.tensors[int(op.outputs[0])]
         shape = None if out.shape is None else [int(d) for d in out.shape]
         if padding not in _MP_PADDING or stride_w < 1 or stride_h < 1 or not shape or min(shape) < 1 \
                 or not _is_const(m, sg, int(op.inputs[1])):
-            continue
-        targets[k] = (padding, stride_w, stride_h, shape)
-    if not targets:
-        return model, 0
-    edit = _Editor(schema, m, sg)
-    out_ops = []
-    for k, op in enumerate(sg.operators):
-        if k not in targets:
-            out_ops.append(op)
-            continue
-        padding, stride_w, stride_h, shape = targets[k]
+            return None
+        return padding, stride_w, stride_h, shape
+
+    def build(edit: "_Editor", op, picked: tuple) -> list:
+        padding, stride_w, stride_h, shape = picked
         x, w, b = (int(i) for i in op.inputs)
         y = int(op.outputs[0])
         conv_out = edit.tensor_like(y, "transpose_conv")
         tconv = edit.op("TRANSPOSE_CONV", [edit.const_int32(shape, y, "output_shape"), w, x], [conv_out],
                         "TransposeConvOptions")
-        tconv.builtinOptions.padding = getattr(schema.Padding, _MP_PADDING[padding])
+        tconv.builtinOptions.padding = getattr(edit.schema.Padding, _MP_PADDING[padding])
         tconv.builtinOptions.strideW, tconv.builtinOptions.strideH = stride_w, stride_h
-        out_ops += [tconv, edit.op("ADD", [conv_out, b], [y], "AddOptions")]
-    sg.operators = out_ops
-    return _pack(m, len(model) + 4096 * len(targets)), len(targets)
+        return [tconv, edit.op("ADD", [conv_out, b], [y], "AddOptions")]
+
+    return _rewrite_ops(model, pick, build)
 
 
 class _Editor:
