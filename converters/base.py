@@ -88,6 +88,11 @@ class Recipe:
     def method(self, profile: Profile) -> str:
         return self.calibration or profile.quantization.calibration_method
 
+    def whole_key(self, fmt: str, profile: Profile) -> tuple:
+        """The job-cache key of the model this recipe's calibration and options quantize whole: a
+        mixed candidate of a format that edits (ONNX QDQ, OpenVINO) starts from that model."""
+        return (fmt, "quantized whole", self.method(profile), tuple(sorted((k, repr(v)) for k, v in self.options)))
+
     def to_dict(self, profile: Profile) -> dict[str, Any]:
         return {"name": self.name, "calibration": self.method(profile), "float_nodes": list(self.float_nodes),
                 "float_ops": list(self.float_ops), "options": dict(self.options), "why": dict(self.why)}

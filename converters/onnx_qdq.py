@@ -24,6 +24,7 @@ from edge_sdk.errors import ConversionError
 from edge_sdk.manifest import TensorSpec
 
 from .base import ConvertJob, FormatResult, cpu_seconds, reuse
+from .console import quiet
 from .targets import TENSORRT_OPTIONS
 from .tflite_native import RANGE_METHODS, RangeStats
 
@@ -239,8 +240,6 @@ def _ranges(job: ConvertJob, prepped: Path, method: str):
         return job.cache[key]
     ops = list(set(QLinearOpsRegistry) | set(QDQRegistry))
     job.log(f"calibrating activation ranges ({method}, {len(job.calib)} samples)")
-    from .console import quiet
-
     with tempfile.TemporaryDirectory(prefix="edge-sdk-ort-calib-") as tmp, quiet(Path(job.scratch) / "ort_calibration.log"):
         calibrator = create_calibrator(prepped, ops, augmented_model_path=str(Path(tmp) / "augmented.onnx"),
                                        calibrate_method=q.CalibrationMethod.Entropy,
@@ -458,8 +457,6 @@ def _quantize(job: ConvertJob, prepped: Path, method: str, excluded: list[str], 
         model, per_channel, bool(job.recipe.option("reduce_range", False)), types[spec.weight_dtype],
         types[spec.activation_dtype], ranges, [], excluded, op_types,
         {"ActivationSymmetric": spec.activation_symmetric, "WeightSymmetric": True})
-    from .console import quiet
-
     # ORT's quantizer logs through the root logger (a warning per rank-1 LayerNorm weight it cannot
     # quantize per channel: PP-OCRv4 rec printed dozens per candidate): into the log, not the terminal.
     with quiet(Path(job.scratch) / "ort_quantize.log"):
@@ -467,17 +464,12 @@ def _quantize(job: ConvertJob, prepped: Path, method: str, excluded: list[str], 
     quantizer.model.save_model_to_file(str(out), False)
 
 
-def _full_key(job: ConvertJob, method: str) -> tuple:
-    """The job-cache key of the model quantized whole under ``method`` and the recipe's options."""
-    return ("qdq_full", method, tuple(sorted((k, repr(v)) for k, v in job.recipe.options)))
-
-
 def _edit_whole(job: ConvertJob, prepped: Path, method: str, op_types: list[str], per_channel: bool):
     """The recipe's float layers and op types kept float in the fully quantized model of its
     calibration (quantized once per calibration and options, then edited: :func:`keep_float`),
     or None where the edit does not apply."""
     onnx = require("onnx", "int8 ONNX conversion")
-    key = _full_key(job, method)
+    key = job.recipe.whole_key("onnx-qdq", job.profile)
     if not Path(job.cache.get(key, "")).is_file():
         full = Path(job.scratch) / "qdq_every_layer.onnx"
         _quantize(job, prepped, method, [], op_types, per_channel, full)
@@ -525,7 +517,7 @@ def convert(job: ConvertJob) -> FormatResult:
         else:
             _quantize(job, prepped, method, excluded, [t for t in every if t not in recipe.float_ops], per_channel, out)
             if not excluded and not recipe.float_ops:  # quantized whole: mixed candidates edit this one
-                job.cache[_full_key(job, method)] = str(out)
+                job.cache[job.recipe.whole_key("onnx-qdq", job.profile)] = str(out)
         qmodel = onnx.load(str(out))
         onnx.checker.check_model(qmodel)
     except ConversionError:
