@@ -39,7 +39,7 @@ from edge_sdk.errors import ConversionError, InputValidationError
 
 from ..base import Recipe, cpu_seconds
 from ..targets import tflite_config
-from .candidates import Candidate, copy_into, local_p50_ms, make_candidate
+from .candidates import Candidate, copy_into, local_p50_ms, make_candidate, reported_float_layers
 from .sensitivity import LayerError, layer_errors
 
 if TYPE_CHECKING:
@@ -338,8 +338,7 @@ def float_compute(graph: Any, recipe: Recipe, reverted: set[str] | frozenset[str
 
 def _say_float_compute(loop: "Loop", rec: "Recovery") -> None:
     try:
-        reverted = {n for opts in rec.chosen.result.backend_options.values() if isinstance(opts, dict)
-                    and isinstance(opts.get("float_layers"), dict) for n in opts["float_layers"].get("layers", [])}
+        reverted = reported_float_layers(rec.chosen.result.backend_options) or set()
         rec.compute = float_compute(loop.graph(), rec.chosen.recipe, reverted)
     except Exception:  # noqa: BLE001 - a figure for the record; never fails a conversion
         rec.compute = None

@@ -75,8 +75,17 @@ class Candidate:
     @property
     def edited(self) -> bool:
         """Whether its float layers were cut out of the model quantized whole (not quantized again)."""
-        return any(isinstance(opts.get("float_layers"), dict) and "how" in opts["float_layers"]
-                   for opts in self.result.backend_options.values() if isinstance(opts, dict))
+        return reported_float_layers(self.result.backend_options) is not None
+
+
+def reported_float_layers(backend_options: dict[str, Any]) -> set[str] | None:
+    """The layers a converter reports it made float by editing the model quantized whole
+    (``backend_options.<format>.float_layers``: ``how`` and ``layers``; an OpenVINO revert lists the
+    ops sharing a removed quantizer too), or None where the candidate was quantized again. A
+    result's and a manifest's ``backend_options`` alike."""
+    found = [opts["float_layers"] for opts in backend_options.values() if isinstance(opts, dict)
+             and isinstance(opts.get("float_layers"), dict) and "how" in opts["float_layers"]]
+    return {n for f in found for n in f.get("layers", [])} if found else None
 
 
 def make_candidate(ctx: "BuildContext", fmt: str, recipe: Recipe, folder: Path, cache: dict) -> Candidate:

@@ -215,6 +215,7 @@ def published_task_failures(rows: list[dict[str, Any]]) -> list[tuple]:
 
 def _costs(folder: Path, fmt: str) -> dict[str, Any]:
     """Recipe, size, p50 and Edge TPU share of one format, from its manifest."""
+    from edge_sdk.converters.recovery.candidates import reported_float_layers
     from edge_sdk.manifest import read_manifest
 
     m = read_manifest(folder, allow_unpublished=True)
@@ -222,9 +223,8 @@ def _costs(folder: Path, fmt: str) -> dict[str, Any]:
     size = sum(a.size_bytes for a in m.artifacts if a.format == fmt and a.role in ("model", "weights"))
     out = {"recipe": (rec.get("recipe") or {}).get("name", "baseline"),
            # what the converter made float (an OpenVINO revert takes the ops sharing a quantizer too)
-           "float_layers": len(set((rec.get("recipe") or {}).get("float_nodes", [])) | {
-               n for opts in m.backend_options.values() if isinstance(opts, dict)
-               and isinstance(opts.get("float_layers"), dict) for n in opts["float_layers"].get("layers", [])}),
+           "float_layers": len(set((rec.get("recipe") or {}).get("float_nodes", []))
+                               | (reported_float_layers(m.backend_options) or set())),
            "compute_int8": (rec.get("compute_ops") or {}).get("int8_share"),
            "float_types": (rec.get("recipe") or {}).get("float_ops", []),
            "calibration": (rec.get("recipe") or {}).get("calibration", m.profile.spec["quantization"]["calibration_method"]),
