@@ -18,7 +18,8 @@ quantizer, the recipe's calibration method and float layers):
   go the ONNX route (recorded).
 
 The profile decides the scheme: ``quantization.input_dtype/output_dtype`` (float32 keeps float
-I/O, int8/uint8 makes integer I/O), ``quantization.weights`` (per-tensor for the Edge TPU), and
+I/O, int8/uint8 makes integer I/O), ``quantization.weights`` / ``dense_weights`` (the Edge TPU: per-channel convolutions,
+per-tensor dense layers), and
 a profile with an ``[operators]`` table (coral-edgetpu) allows integer builtin ops only: a float
 builtin op left in the graph is a :class:`~edge_sdk.errors.ConversionError` naming it (custom ops,
 which nothing can quantize, stay float and count against the accelerator's share). For such
@@ -205,10 +206,11 @@ def _quantize(job: ConvertJob, form: Converted) -> bytes:
 
     q, recipe = job.profile.quantization, job.recipe
     method = recipe.method(job.profile)
-    job.log(f"MLIR quantizer int8 ({method}, {'per-tensor' if q.weights == 'per-tensor' else 'per-channel'} weights"
+    job.log(f"MLIR quantizer int8 ({method}, {q.weights_label} weights"
             + (f", {len(recipe.float_nodes)} op(s) float" if recipe.float_nodes else "") + ")")
     calibrated = apply_stats(form.model, _stats(job, form), method)
-    return quantize(calibrated, per_tensor=q.weights == "per-tensor", input_dtype=q.input_dtype,
+    return quantize(calibrated, per_tensor=q.weights == "per-tensor", per_tensor_dense=q.dense == "per-tensor",
+                    input_dtype=q.input_dtype,
                     output_dtype=q.output_dtype, float_nodes=recipe.float_nodes, float_ops=recipe.float_ops,
                     log=Path(job.scratch) / "tflite_quantizer.log")
 
@@ -415,7 +417,7 @@ def convert(job: ConvertJob) -> FormatResult:
         tools={**converted.tools, **_tool_versions("tensorflow")}, warnings=list(converted.warnings),
         route=f"{converted.route} -> LiteRT calibration -> MLIR quantizer int8 ({job.recipe.method(job.profile)})",
         # Namespaced: the pipeline merges the backend options of all of a profile's formats.
-        backend_options={"tflite": {"weights": q.weights, "io_dtypes": [q.input_dtype, q.output_dtype],
+        backend_options={"tflite": {"weights": q.weights, "dense_weights": q.dense, "io_dtypes": [q.input_dtype, q.output_dtype],
                                     "calibration_method": job.recipe.method(job.profile),
                                     "float_nodes": list(job.recipe.float_nodes)}},
     )

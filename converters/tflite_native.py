@@ -463,12 +463,15 @@ def apply_stats(model: bytes, stats: dict[int, dict[str, tuple[float, float]]], 
 
 
 def quantize(calibrated: bytes, *, per_tensor: bool, input_dtype: str, output_dtype: str,
-             float_nodes: Iterable[str] = (), float_ops: Iterable[str] = (), log: Path | None = None) -> bytes:
+             float_nodes: Iterable[str] = (), float_ops: Iterable[str] = (), log: Path | None = None,
+             per_tensor_dense: bool | None = None) -> bytes:
     """Quantize a calibrated model with TensorFlow's MLIR quantizer.
 
     Args:
         calibrated: Output of :func:`calibrate`.
-        per_tensor: Per-tensor weights (the Edge TPU) instead of per-channel.
+        per_tensor: Per-tensor weights instead of per-channel (every weighted op).
+        per_tensor_dense: Per-tensor weights for fully connected layers only (None: as ``per_tensor``);
+            the Edge TPU profile's per-channel convolutions with per-tensor dense layers.
         input_dtype / output_dtype: ``float32``, ``int8`` or ``uint8``.
         float_nodes: Tensor names of ops to keep in float (mixed precision).
         float_ops: Op types (TFLite builtin names, e.g. ``"MEAN"``) to keep in float.
@@ -486,7 +489,9 @@ def quantize(calibrated: bytes, *, per_tensor: bool, input_dtype: str, output_dt
     try:
         with quiet(log or Path("/dev/null")):
             return bytes(convert.mlir_quantize(
-                calibrated, disable_per_channel=per_tensor, input_data_type=types[input_dtype],
+                calibrated, disable_per_channel=per_tensor,
+                disable_per_channel_for_dense_layers=per_tensor if per_tensor_dense is None else per_tensor_dense,
+                input_data_type=types[input_dtype],
                 output_data_type=types[output_dtype], denylisted_ops=sorted(set(float_ops)) or None,
                 denylisted_nodes=sorted(set(float_nodes)) or None))
     except Exception as exc:  # noqa: BLE001 - the converter raises ConverterError and friends
@@ -496,11 +501,13 @@ def quantize(calibrated: bytes, *, per_tensor: bool, input_dtype: str, output_dt
 
 def quantize_float_tflite(model: bytes, input_shapes: dict[str, list[int]], calib: list[dict], *, per_tensor: bool,
                           input_dtype: str, output_dtype: str, method: str = "minmax", float_nodes: Iterable[str] = (),
-                          float_ops: Iterable[str] = (), log: Path | None = None) -> tuple[bytes, dict[str, Any]]:
+                          float_ops: Iterable[str] = (), log: Path | None = None,
+                          per_tensor_dense: bool | None = None) -> tuple[bytes, dict[str, Any]]:
     """fold -> static shapes -> calibrate -> quantize in one call; returns the int8 model and what was done."""
     folded, counts = fold_constants(model)
     static = static_shapes(folded, input_shapes)
     stats = calibrate(static, calib)
     q = quantize(apply_stats(static, stats, method), per_tensor=per_tensor, input_dtype=input_dtype,
-                 output_dtype=output_dtype, float_nodes=float_nodes, float_ops=float_ops, log=log)
+                 output_dtype=output_dtype, float_nodes=float_nodes, float_ops=float_ops, log=log,
+                 per_tensor_dense=per_tensor_dense)
     return q, {"folded": counts, "calibrated_tensors": len(stats), "custom_ops": custom_ops(model)}

@@ -73,6 +73,9 @@ class QuantizationSpec:
 
     precision: Literal["int8", "fp16", "fp32"] = "int8"
     weights: Literal["per-channel", "per-tensor"] = "per-channel"
+    #: Fully connected (dense) layers' weights in int8 TFLite: ``same`` as ``weights``, or their own
+    #: granularity (the Edge TPU: per-channel convolutions, per-tensor dense layers).
+    dense_weights: Literal["same", "per-channel", "per-tensor"] = "same"
     weight_dtype: Literal["int8", "uint8"] = "int8"
     activation_dtype: Literal["int8", "uint8"] = "int8"
     activation_symmetric: bool = False
@@ -80,6 +83,19 @@ class QuantizationSpec:
     output_dtype: Literal["float32", "int8", "uint8"] = "float32"
     calibration_method: Literal["minmax", "entropy", "percentile"] = "minmax"
     min_calibration_samples: int = 100
+
+    @property
+    def dense(self) -> Literal["per-channel", "per-tensor"]:
+        """The granularity of dense layers' weights (``dense_weights``, else ``weights``)."""
+        return self.weights if self.dense_weights == "same" else self.dense_weights
+
+    @property
+    def weights_label(self) -> str:
+        """``per-channel``, ``per-tensor``, or ``per-channel convolutions, per-tensor dense layers``."""
+        if self.dense == self.weights:
+            return self.weights
+        conv = "per-channel" if self.weights == "per-channel" else "per-tensor"
+        return f"{conv} convolutions, {self.dense} dense layers"
 
 
 @dataclass(frozen=True)

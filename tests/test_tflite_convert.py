@@ -108,7 +108,7 @@ def test_coral_records_precheck_and_uncompiled_state(converted):
     assert tpu["compiled"] is False and "not compiled" in tpu["status"]
     assert tpu["command"].endswith("edgetpu_compiler -s -o . model.tflite")
     assert any("Edge TPU-ready but not compiled" in w for w in res.warnings)
-    assert res.backend_options["tflite"]["weights"] == "per-tensor"
+    assert res.backend_options["tflite"]["weights"] == "per-channel"
     assert [p.name for p in job.workdir.iterdir()] == ["model.tflite"]
 
 
@@ -201,8 +201,10 @@ def test_float_tflite_quantized_natively(float_tflite, sources, tmp_path, profil
     agree = sum(int(tm.run_tflite(job.workdir / res.model_file, f[name]).argmax() == r.argmax())
                 for f, r in zip(job.holdout, refs))
     assert agree / len(refs) >= 0.9
-    scales = _conv_weight_scales(job.workdir / res.model_file)
-    assert scales and all((n == 1) if profile == "coral-edgetpu" else (n > 1) for n in scales)
+    scales = _weight_scales(job.workdir / res.model_file)
+    assert scales and all(n > 1 for n in scales)
+    dense = _weight_scales(job.workdir / res.model_file, "FULLY_CONNECTED")
+    assert dense and all((n == 1) if profile == "coral-edgetpu" else (n > 1) for n in dense)
     if profile == "coral-edgetpu":
         assert res.backend_options["edgetpu_precheck"]["ok"]
 
@@ -218,21 +220,27 @@ def test_float_tflite_the_native_route_cannot_take_needs_the_onnx_form(sources, 
     assert "TFLite model" in err.value.message
 
 
-def _conv_weight_scales(path) -> list[int]:
-    """Number of quantization scales of each CONV_2D weight tensor."""
+def _weight_scales(path, op_name: str = "CONV_2D") -> list[int]:
+    """Number of quantization scales of each ``op_name`` weight tensor."""
     from ai_edge_litert.interpreter import Interpreter
 
     interp = Interpreter(model_path=str(path))
     tensors = {t["index"]: t for t in interp.get_tensor_details()}
     return [len(tensors[int(op["inputs"][1])]["quantization_parameters"]["scales"])
-            for op in interp._get_ops_details() if op["op_name"] == "CONV_2D"]
+            for op in interp._get_ops_details() if op["op_name"] == op_name]
 
 
 @pytest.mark.parametrize("fmt", ["keras", "onnx"])
 def test_weights_granularity_follows_profile(converted, fmt):
-    """coral-edgetpu asks for per-tensor weights, arm-cpu for per-channel."""
+    """coral-edgetpu: per-channel convolutions (what the Edge TPU compiler maps from TF2's quantizer)
+    and per-tensor dense layers; arm-cpu: per-channel everywhere."""
     job, res = converted[(fmt, "coral-edgetpu")]
-    assert _conv_weight_scales(job.workdir / res.model_file) and all(
-        n == 1 for n in _conv_weight_scales(job.workdir / res.model_file))
+    path = job.workdir / res.model_file
+    assert _weight_scales(path) and all(n > 1 for n in _weight_scales(path))
+    assert _weight_scales(path, "FULLY_CONNECTED") == [1]
+    assert res.backend_options["tflite"]["dense_weights"] == "per-tensor"
     job, res = converted[(fmt, "arm-cpu")]
-    assert all(n > 1 for n in _conv_weight_scales(job.workdir / res.model_file))
+    path = job.workdir / res.model_file
+    assert all(n > 1 for n in _weight_scales(path))
+    assert all(n > 1 for n in _weight_scales(path, "FULLY_CONNECTED"))
+    assert res.backend_options["tflite"]["dense_weights"] == "per-channel"

@@ -98,6 +98,8 @@ MEMBERS: dict[str, Member] = {
     # Kept for local sweeps only.
     "ch_PP-OCRv4_det_infer.onnx": Member(*_OCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx", ""),
     "hand_landmark_lite.tflite": Member(*_MP, "mediapipe/modules/hand_landmark/hand_landmark_lite.tflite", ""),
+    "hand_landmark_full.tflite": Member(*_MP, "mediapipe/modules/hand_landmark/hand_landmark_full.tflite", ""),
+    "pose_landmark_full.tflite": Member(*_MP, "mediapipe/modules/pose_landmark/pose_landmark_full.tflite", ""),
     "astronaut.png": Member(*_SKI, "skimage/data/astronaut.png", "88431cd9653ccd539741b555fb0a46b61558b301d4110412b5bc28b5e3ea6cb5"),
     "page.png": Member(*_SKI, "skimage/data/page.png", ""),
     "text.png": Member(*_SKI, "skimage/data/text.png", ""),

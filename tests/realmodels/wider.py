@@ -66,6 +66,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--root", default=str(Path.home() / ".cache" / "edge-sdk-practice" / "wider"))
     ap.add_argument("--case", action="append")
+    ap.add_argument("--profile", action="append")
     ap.add_argument("--write-docs", action="store_true")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -73,7 +74,7 @@ def main() -> None:
     for case in CASES:
         if args.case and case.name not in args.case:
             continue
-        res = M.run_case(case, Path(args.root))
+        res = M.run_case(case, Path(args.root), args.profile)
         results.append(res)
         for r in res["rows"]:
             print(json.dumps({k: r.get(k) for k in ("model", "profile", "format", "status", "gate_passed", "task_passed", "task")}))
