@@ -150,6 +150,34 @@ def test_landmark_records_with_visibility_logits_are_landmarks_not_an_embedding(
     assert from_values(signed, [1, 195]).kind == "embedding"
 
 
+def test_world_landmarks_beside_image_landmarks_are_coordinates_not_an_embedding():
+    """MediaPipe's hand (21 points) and pose (39 records of 5) models also give the same points in
+    metric 3-D coordinates centred on the object: signed x, y, z. Alone such a vector reads as an
+    embedding; beside a landmarks output with as many points it is judged as coordinates, by error
+    over its range. A signed vector of another length beside them stays an embedding."""
+    n = 8
+    for image, points in (((n, 1, 63), 21), ((n, 1, 195), 39)):
+        img = RNG.uniform(20, 200, image)
+        world = RNG.normal(0, 0.05, (n, 1, points * 3))
+        emb = RNG.normal(0, 1, (n, 1, 64))
+        outs = [TensorSpec("img", [1, image[-1]], "float32"), TensorSpec("world", [1, points * 3], "float32"),
+                TensorSpec("emb", [1, 64], "float32")]
+        ref = [{"img": img[i], "world": world[i], "emb": emb[i]} for i in range(n)]
+        kinds = infer_kinds(outs, ref, None)
+        assert kinds["img"].kind == "landmarks"
+        assert kinds["world"].kind == "landmarks" and "as many as img" in kinds["world"].reason, kinds["world"]
+        assert kinds["emb"].kind == "embedding"
+        alone = infer_kinds(outs[1:], [{k: v for k, v in r.items() if k != "img"} for r in ref], None)
+        assert alone["world"].kind == "embedding"
+    # judged by range error: a 1%-of-range wobble passes, a quarter of the range fails
+    kind = kinds["world"]
+    span = float(np.ptp(world))
+    ok = evaluate_output(list(world), list(world + RNG.normal(0, 0.005 * span, world.shape)), kind, SPEC)
+    assert ok["passed"] and "range_error" in ok and "cosine_mean" not in ok
+    bad = evaluate_output(list(world), list(world + RNG.normal(0, 0.25 * span, world.shape)), kind, SPEC)
+    assert not bad["passed"]
+
+
 def _ctc_paths(n: int = 10, steps: int = 40, classes: int = 30) -> list[np.ndarray]:
     ref = []
     for _ in range(n):

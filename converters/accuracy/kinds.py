@@ -11,7 +11,8 @@ Order of evidence, strongest first:
    one value per anchor far outside [0, 1] (raw logits, e.g. BlazeFace's -60 background); a
    channel axis whose leading channels are coordinates and whose trailing ones stay in [0, 1]
    (a packed detector head); spatial maps; mostly positive vectors of x,y(,z) (landmarks) vs
-   signed vectors (embeddings); per-anchor regressions beside per-anchor scores (boxes).
+   signed vectors (embeddings); per-anchor regressions beside per-anchor scores (boxes); a signed
+   x, y, z vector with as many points as a landmarks output (3-D world landmarks).
 4. Otherwise ``tensor``: whole-tensor cosine and SQNR.
 
 The reason is recorded with the kind, so a user who disagrees sees why and can declare it.
@@ -213,6 +214,32 @@ def _boxes_beside_scores(kinds: dict[str, OutputKind], shapes: dict[str, list[in
                 kind.reason += "; beside per-position scores: judged where the scores are confident"
 
 
+def _point_counts(length: int) -> set[int]:
+    """How many points a landmarks vector of ``length`` values can hold (2 to 5 values each)."""
+    return {length // d for d in (3, 2, 5, 4) if length % d == 0 and length >= 2 * d}
+
+
+def _world_beside_landmarks(kinds: dict[str, OutputKind], shapes: dict[str, list[int]]) -> None:
+    """A signed vector of x, y, z for as many points as a landmarks output holds: the same points
+    in 3-D (metric, centred) coordinates, as MediaPipe's hand (21) and pose (39) world landmarks
+    beside their image landmarks. Cosine would judge their direction from the origin, which is the
+    object's centre; they are coordinates, judged like the image landmarks by error over their range."""
+    points: dict[int, str] = {}
+    for name, kind in kinds.items():
+        if kind.kind == "landmarks":
+            for k in _point_counts(int(np.prod(shapes[name][1:])) if len(shapes[name]) > 1 else 1):
+                points.setdefault(k, name)
+    for name, kind in kinds.items():
+        shape = shapes[name]
+        if kind.kind != "embedding" or kind.source != "values" or len(shape) < 2:
+            continue
+        length = int(np.prod(shape[1:]))
+        if length % 3 == 0 and length // 3 in points and points[length // 3] != name:
+            kinds[name] = OutputKind("landmarks", source="values",
+                                     reason=f"{length // 3} signed x, y, z points, as many as {points[length // 3]}'s "
+                                            "landmarks: the same points in 3-D coordinates")
+
+
 def infer_kinds(outputs: list[TensorSpec], reference: list[dict[str, np.ndarray]], graph: GraphView | None,
                 declared: dict[str, OutputKind] | None = None) -> dict[str, OutputKind]:
     """The kind of every output, with how it was decided.
@@ -251,6 +278,7 @@ def infer_kinds(outputs: list[TensorSpec], reference: list[dict[str, np.ndarray]
             kind.blank = infer_blank(r, kind)
         kinds[spec.name] = kind
     _boxes_beside_scores(kinds, shapes)
+    _world_beside_landmarks(kinds, shapes)
     return kinds
 
 
