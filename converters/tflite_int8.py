@@ -40,6 +40,7 @@ from edge_sdk.manifest import Quantization, TensorSpec
 from edge_sdk.registry import Registry
 
 from .base import ConvertJob, FormatResult
+from .targets import tflite_config
 from .console import import_tensorflow
 from .tflite_tf_route import calib_arrays, first_line, float_tf, from_savedmodel_dir, integer_only, outputs_in_order, sanitize
 
@@ -202,17 +203,23 @@ def _stats(job: ConvertJob, form: Converted) -> dict:
 
 
 def _quantize(job: ConvertJob, form: Converted) -> bytes:
-    from .tflite_native import apply_stats, quantize
+    from .tflite_native import apply_stats, delay_float_ops, quantize
 
     q, recipe = job.profile.quantization, job.recipe
     method = recipe.method(job.profile)
     job.log(f"MLIR quantizer int8 ({method}, {q.weights_label} weights"
             + (f", {len(recipe.float_nodes)} op(s) float" if recipe.float_nodes else "") + ")")
     calibrated = apply_stats(form.model, _stats(job, form), method)
-    return quantize(calibrated, per_tensor=q.weights == "per-tensor", per_tensor_dense=q.dense == "per-tensor",
-                    input_dtype=q.input_dtype,
-                    output_dtype=q.output_dtype, float_nodes=recipe.float_nodes, float_ops=recipe.float_ops,
-                    log=Path(job.scratch) / "tflite_quantizer.log")
+    model = quantize(calibrated, per_tensor=q.weights == "per-tensor", per_tensor_dense=q.dense == "per-tensor",
+                     input_dtype=q.input_dtype,
+                     output_dtype=q.output_dtype, float_nodes=recipe.float_nodes, float_ops=recipe.float_ops,
+                     log=Path(job.scratch) / "tflite_quantizer.log")
+    if tflite_config(job.profile).float_only_in_cpu_tail:
+        # What the accelerator cannot run, as late as the graph allows: the part before it maps.
+        model, moved = delay_float_ops(model)
+        if moved:
+            job.log(f"{moved} op(s) reordered: float and custom ops after every integer op that does not need them")
+    return model
 
 
 def _int8(job: ConvertJob) -> tuple[bytes, Converted]:
@@ -292,18 +299,18 @@ def _float_ops(model: bytes) -> list[str]:
 
 def _cpu_tail(model: bytes, float_nodes=(), float_ops=()) -> int | None:
     """Index of the first op of the CPU tail: the first custom op or layer kept float (by its
-    output tensor name or op type), or the DEQUANTIZE ops feeding it (their float outputs belong
-    to the tail)."""
+    output tensor name or op type), or a DEQUANTIZE feeding one of them (its float output belongs
+    to the tail; wherever it sits, the accelerator's part ends there)."""
     from .graph import from_tflite
 
     g = from_tflite(model)
     floats, ops = set(float_nodes), set(float_ops)
-    first = next((k for k, n in enumerate(g.nodes)
-                  if n.native.startswith("CUSTOM:") or floats & set(n.outputs) or n.native in ops), None)
-    if first is None:
+    tail = [k for k, n in enumerate(g.nodes) if n.native.startswith("CUSTOM:") or floats & set(n.outputs) or n.native in ops]
+    if not tail:
         return None
-    feeders = [g.producer(t) for t in g.nodes[first].inputs if t]
-    return min([first] + [g.nodes.index(p) for p in feeders if p is not None and p.native == "DEQUANTIZE"])
+    index = {id(n): k for k, n in enumerate(g.nodes)}
+    feeders = [g.producer(t) for k in tail for t in g.nodes[k].inputs if t]
+    return min(tail + [index[id(p)] for p in feeders if p is not None and p.native == "DEQUANTIZE"])
 
 
 def _issue_at_or_after(line: str, index: int) -> bool:

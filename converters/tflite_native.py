@@ -183,6 +183,62 @@ def _rewrite_ops(model: bytes, pick, build) -> tuple[bytes, int]:
     return _pack(m, len(model) + 4096 * len(targets)), len(targets)
 
 
+def delay_float_ops(model: bytes) -> tuple[bytes, int]:
+    """Reorder the main subgraph's ops so that those an integer accelerator cannot run (custom ops,
+    DEQUANTIZE, ops with a float output) come as late as the graph allows: a valid topological
+    order (the same computation) in which every integer op runs before them where it can.
+
+    The Edge TPU compiler maps the ops before the first it cannot run and leaves every later op on
+    the CPU. TensorFlow's quantizer puts the DEQUANTIZE of a tensor that a float layer of the tail
+    reads right after that tensor's producer: a skip connection read by a float head layer ended
+    the mapped part a fifth of the way into BlazeFace (full range). Moved next to its reader, the
+    tail is the float layers alone.
+
+    Returns:
+        (the reordered model, how many ops changed position); the input itself when none did.
+    """
+    import heapq
+
+    schema, m = _load(model)
+    if not m.subgraphs or not m.subgraphs[0].operators:
+        return model, 0
+    names = _op_names(schema, m)
+    sg = m.subgraphs[0]
+    ops = list(sg.operators)
+    floats = {schema.TensorType.FLOAT32, schema.TensorType.FLOAT16}
+    producer = {t: k for k, op in enumerate(ops) for t in (op.outputs if op.outputs is not None else []) if t >= 0}
+    deps = [{producer[t] for t in (op.inputs if op.inputs is not None else []) if t >= 0 and t in producer and producer[t] != k}
+            for k, op in enumerate(ops)]
+    readers: list[list[int]] = [[] for _ in ops]
+    for k, d in enumerate(deps):
+        for p in d:
+            readers[p].append(k)
+
+    def cpu(k: int) -> bool:
+        name = names[ops[k].opcodeIndex]
+        outs = ops[k].outputs if ops[k].outputs is not None else []
+        return name.startswith("CUSTOM:") or name == "DEQUANTIZE" or any(sg.tensors[t].type in floats for t in outs if t >= 0)
+
+    waiting = [len(d) for d in deps]
+    ready = [(cpu(k), k) for k in range(len(ops)) if not waiting[k]]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        _, k = heapq.heappop(ready)
+        order.append(k)
+        for r in readers[k]:
+            waiting[r] -= 1
+            if not waiting[r]:
+                heapq.heappush(ready, (cpu(r), r))
+    if len(order) != len(ops):  # a cycle: not a graph this can reorder
+        return model, 0
+    moved = sum(1 for pos, k in enumerate(order) if pos != k)
+    if not moved:
+        return model, 0
+    sg.operators = [ops[k] for k in order]
+    return _pack(m, len(model)), moved
+
+
 #: MediaPipe's TfLitePadding codes in ``Convolution2DTransposeBias``'s options -> the schema's Padding.
 _MP_PADDING = {1: "SAME", 2: "VALID"}
 

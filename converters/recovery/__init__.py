@@ -642,6 +642,21 @@ def _with_float_types(loop: Loop, best: Candidate, types, name: str, why: dict[s
                             name=name, why=tuple({**dict(best.recipe.why), **why}.items())))
 
 
+def _cpu_tails(loop: Loop, ranking: list[LayerError]) -> tuple[list[LayerError], list, list[int], str, str]:
+    """The Edge TPU's mixed search: CPU tails cut at the ranked layers, as ``(layers, extra, counts,
+    label, reason)`` for :func:`_fewest` (``layers`` last-executed first, so ``layers[:k]`` is the
+    tail of ``k`` layers; ``counts`` the tail sizes that start at a ranked layer)."""
+    try:
+        graph = loop.graph()
+        nodes = [(n.outputs[0], n.native) for n in graph.nodes
+                 if n.outputs and n.native not in ("QUANTIZE", "DEQUANTIZE")]
+    except Exception:  # noqa: BLE001 - a search step, never a conversion failure
+        return [], [], [], "", ""
+    layers = [LayerError(name, op, 0.0, 0.0, i) for i, (name, op) in reversed(list(enumerate(nodes)))]
+    counts = sorted({len(nodes) - e.index for e in ranking[:MIXED_STEPS[-1]] if 0 <= e.index < len(nodes)})
+    return layers, [], counts, "CPU tail({})", "CPU tail: from a sensitive layer on, run float by the CPU"
+
+
 def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> Candidate:
     fmt = loop.fmt
     if _tensorrt(ctx, fmt):  # the target's own placement first: no ranking needed, one candidate
@@ -740,11 +755,17 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
     except Exception as exc:  # noqa: BLE001 - a search step, never a conversion failure
         ctx.say(f"{fmt}: head not located ({exc})")
     order = sorted(ranking[:GAIN_TOP], key=lambda e: -(e.gain or 0)) + ranking[GAIN_TOP:]
+    searches = [(tail, chain, TAIL_STEPS, "float head({})", head_reason), (order, [], MIXED_STEPS, "mixed({})", None)]
+    if fmt == "tflite-int8" and tflite_config(ctx.profile).float_only_in_cpu_tail:
+        # On the Edge TPU a set of sensitive layers is a candidate only as the CPU tail that starts
+        # at the earliest of them: every layer after a float one leaves the TPU anyway. So the cuts
+        # are the ranked layers' positions, each taking every later layer float (BlazeFace full
+        # range: its top-ranked sets, not closed downstream, were each refused by the pre-check).
+        searches[1] = _cpu_tails(loop, ranking)
     # Then the fewest top layers that pass. A model whose noise no number of single layers removes
     # (spread over a transformer's norms and residuals) spends one candidate per search, not ten,
     # and reaches the op types below within its budget.
-    for layers, extra, counts, label, reason in ((tail, chain, TAIL_STEPS, "float head({})", head_reason),
-                                                 (order, [], MIXED_STEPS, "mixed({})", None)):
+    for layers, extra, counts, label, reason in searches:
         passing, tried, finished = _fewest(
             loop, [k for k in counts if k <= len(layers)],
             lambda k, layers=layers, extra=extra, label=label, reason=reason:
