@@ -250,6 +250,31 @@ def test_masks_by_iou_and_embeddings_by_cosine():
     assert not evaluate_output(list(emb), list(emb + RNG.normal(0, 1, emb.shape)), OutputKind("embedding"), SPEC)["passed"]
 
 
+def test_a_mask_lost_in_a_few_frames_fails_where_the_pooled_iou_passes():
+    """Selfie segmentation's int8 artifacts passed a pooled IoU of 0.85-0.94 while on 2-4 of 36
+    frames the person float marks was mostly gone. Frame by frame: the mean over frames that show
+    something and the worst frame are judged; a heatmap (many channels) keeps the pooled IoU alone."""
+    n = 20
+    yy, xx = np.mgrid[:32, :32]
+    blobs = []
+    for i in range(n):  # a person-sized blob per frame, a large one in most
+        r = 6 + (i % 5) * 2
+        blobs.append((((yy - 16) ** 2 + (xx - 10 - i % 12) ** 2) <= r * r).astype(np.float64)[None, :, :, None])
+    ref = np.stack(blobs) * 0.9 + 0.05
+    test = ref.copy()
+    test[3] = 0.05  # int8 loses the person in one frame, a small one
+    m = evaluate_output(list(ref), list(test), OutputKind("mask"), SPEC)
+    assert m["iou"] >= SPEC.maps.min_iou  # pooled: passes
+    assert m["frames"] == n and m["frame_iou_min"] == 0.0 and m["worst_frame"]["sample"] == 3
+    assert not m["passed"] and any("worst frame IoU 0.000" in f for f in m["failures"]), m["failures"]
+    empty = ref.copy()
+    empty[5] = 0.05  # a frame with nothing in float nor int8 is not judged
+    ok = evaluate_output(list(empty), list(empty), OutputKind("mask"), SPEC)
+    assert ok["passed"] and ok["frames"] == n - 1 and ok["frame_iou_min"] == 1.0
+    heat = evaluate_output(list(ref), list(test), OutputKind("heatmap"), SPEC)
+    assert heat["passed"] and heat["frame_iou_min"] == 0.0  # reported, not judged
+
+
 # ----------------------------------------------------------------------------- inference of kinds
 def _onnx_graph(tail: str, out_shape: list[int]):
     import onnx

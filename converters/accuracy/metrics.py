@@ -158,8 +158,11 @@ def regression_metrics(r: np.ndarray, t: np.ndarray, axis: int, spec: AccuracySp
     return out, fails
 
 
-def map_metrics(r: np.ndarray, t: np.ndarray, activation: str, spec: AccuracySpec) -> tuple[dict[str, Any], list[str]]:
-    """IoU of thresholded maps (probability maps at the threshold, others at each sample's mid-range)."""
+def map_metrics(r: np.ndarray, t: np.ndarray, activation: str, spec: AccuracySpec,
+                per_frame: bool = False) -> tuple[dict[str, Any], list[str]]:
+    """IoU of thresholded maps (probability maps at the threshold, others at each sample's mid-range),
+    pooled over every sample; with ``per_frame`` (masks) also frame by frame, on the frames where
+    float or int8 marks at least ``min_frame_area`` of the map (the mean and the worst are judged)."""
     g = spec.maps
     p, q = activate(r, activation, -1), activate(t, activation, -1)
     if p.min() >= -1e-6 and p.max() <= 1 + 1e-6:
@@ -175,6 +178,21 @@ def map_metrics(r: np.ndarray, t: np.ndarray, activation: str, spec: AccuracySpe
            "mean_error": _r(float(np.mean(np.abs(p - q))) / span)}
     fails: list[str] = []
     _check(out, fails, "iou", iou, g.min_iou, True, f"IoU {iou:.3f} < {g.min_iou}")
+    fa, fb = a.reshape(a.shape[0], -1), b.reshape(b.shape[0], -1)
+    union = np.sum(fa | fb, axis=1)
+    shown = union >= g.min_frame_area * fa.shape[1]
+    if shown.any():
+        frames = np.sum(fa & fb, axis=1)[shown] / union[shown]
+        worst = int(np.flatnonzero(shown)[int(np.argmin(frames))])
+        out.update(frames=int(shown.sum()), frame_iou_mean=_r(float(frames.mean())), frame_iou_min=_r(float(frames.min())),
+                   worst_frame={"sample": worst, "iou": _r(float(frames.min())),
+                                "area": [_r(float(fa[worst].mean()), 4), _r(float(fb[worst].mean()), 4)]})
+        if per_frame:
+            _check(out, fails, "frame_iou_mean", float(frames.mean()), g.min_iou, True,
+                   f"mean IoU over {int(shown.sum())} frames {frames.mean():.3f} < {g.min_iou}")
+            _check(out, fails, "frame_iou_min", float(frames.min()), g.min_frame_iou, True,
+                   f"worst frame IoU {frames.min():.3f} < {g.min_frame_iou} (sample {worst}: float marks "
+                   f"{fa[worst].mean():.1%} of it, int8 {fb[worst].mean():.1%})")
     return out, fails
 
 
@@ -258,7 +276,7 @@ def judge_part(r: np.ndarray, t: np.ndarray, kind: str, axis: int, activation: s
     elif kind in REGRESSION_KINDS:
         figures, f = regression_metrics(r, t, axis, spec, mask)
     elif kind in MAP_KINDS:
-        figures, f = map_metrics(r, t, activation, spec)
+        figures, f = map_metrics(r, t, activation, spec, per_frame=kind == "mask")
     elif kind == "embedding":
         figures, f = embedding_metrics(r, t, spec)
     elif kind == "sequence":
@@ -332,8 +350,8 @@ def _worst(groups: dict[str, dict[str, Any]]) -> str:
 
 def one_line(name: str, m: dict[str, Any]) -> str:
     """``name [kind]: the figures that judge it`` for progress lines and reports."""
-    keys = ("top1_agreement", "score_error", "positive_f1", "range_error", "range_error_p99", "iou", "cosine_mean",
-            "cosine_min", "token_error", "step_agreement", "sequence_agreement")
+    keys = ("top1_agreement", "score_error", "positive_f1", "range_error", "range_error_p99", "iou", "frame_iou_mean",
+            "frame_iou_min", "cosine_mean", "cosine_min", "token_error", "step_agreement", "sequence_agreement")
     if "groups" in m:
         return "; ".join(one_line(f"{name}/{g}", gm) for g, gm in m["groups"].items())
     shown = [f"{k.replace('_', ' ')} {m[k]}" for k in keys if k in m]
