@@ -63,12 +63,18 @@ def test_custom_profile_file(tmp_path):
     p.write_text(GOOD)
     prof = resolve_profile(str(p))
     assert prof.name == "my-board" and prof.quantization.weights == "per-tensor"
+    assert prof.quantization.dense == "per-tensor" and prof.quantization.weights_label == "per-tensor"  # "same"
+    coral = resolve_profile("coral-edgetpu").quantization
+    assert (coral.weights, coral.dense) == ("per-channel", "per-tensor")
+    assert coral.weights_label == "per-channel convolutions, per-tensor dense layers"
     assert prof.accuracy.min_cosine == 0.99  # defaults filled in
 
 
 @pytest.mark.parametrize("mutation,key,allowed", [
     (lambda t: "bogus = 1\n" + t, "bogus", "allowed keys"),
     (lambda t: t.replace('weights = "per-tensor"', 'weights = "per-row"'), "quantization.weights", "per-channel"),
+    (lambda t: t.replace('weights = "per-tensor"', 'weights = "per-tensor"\ndense_weights = "per-row"'),
+     "quantization.dense_weights", "same"),
     (lambda t: t.replace('formats = ["onnx-qdq"]', 'formats = "onnx-qdq"'), "artifact.formats", None),
     (lambda t: t.replace('[artifact]', '[artifact]\nbatch_size = "one"'), "artifact.batch_size", None),
     (lambda t: t.replace('backend = "onnxruntime"', 'backend = "tvm"'), "runtime.chain[0].backend", "litert"),

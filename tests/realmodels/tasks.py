@@ -183,6 +183,28 @@ def iris_task(ref_outs: list[dict], test_outs: list[dict]) -> TaskResult:
                       min(a.margin, b.margin))
 
 
+def hand_landmark_task(ref_outs: list[dict], test_outs: list[dict], max_world: float = 0.05) -> TaskResult:
+    """MediaPipe's hand landmarks: the 21 image points (x, y error over the 224-pixel crop, <= 2%),
+    the same 21 points in metric 3-D world coordinates (mean point distance over the hand's extent,
+    the diagonal of float's own 3-D box, <= 5%), and the hand-presence and handedness flags (>= 95%
+    of samples on the same side of 0.5)."""
+    def stack(outs, key):
+        return np.stack([np.asarray(o[key], np.float64).reshape(-1) for o in outs])
+
+    image = landmark_check(stack(ref_outs, "Identity"), stack(test_outs, "Identity"), 224)
+    wr, wt = stack(ref_outs, "Identity_3").reshape(len(ref_outs), -1, 3), stack(test_outs, "Identity_3").reshape(len(ref_outs), -1, 3)
+    extent = np.linalg.norm(wr.max(axis=1) - wr.min(axis=1), axis=-1)
+    per_sample = np.mean(np.linalg.norm(wr - wt, axis=-1), axis=1) / np.maximum(extent, 1e-9)
+    world, worst = float(per_sample.mean()), float(per_sample.max())
+    flags = {k: float(np.mean((stack(ref_outs, k) >= 0.5) == (stack(test_outs, k) >= 0.5))) for k in ("Identity_1", "Identity_2")}
+    agree = min(flags.values())
+    return TaskResult(image.passed and world <= max_world and agree >= 0.95,
+                      f"image {image.summary}; world landmark error {world:.2%} of the hand's extent (worst image "
+                      f"{worst:.2%}); presence/handedness agreement {flags['Identity_1']:.0%}/{flags['Identity_2']:.0%}",
+                      {**image.figures, "world": round(world, 5), "world_worst": round(worst, 5), "flags": flags},
+                      min(image.margin, _margin(world, max_world, higher=False), _margin(agree, 0.95)))
+
+
 # ----------------------------------------------------------------------------- text recognition
 def ctc_decode(probs: np.ndarray, charset: list[str]) -> str:
     idx = probs.reshape(-1, probs.shape[-1]).argmax(-1)

@@ -51,6 +51,11 @@ CASES = [
            "MediaPipe selfie segmentation: a person mask (sigmoid) decoded by MediaPipe's custom transposed "
            "convolution (Convolution2DTransposeBias) and fp16 weights; crops of a photo of a person, and of photos "
            "without one"),
+    M.Case("hand_landmark_full", "hand_landmark_full.tflite", "input_1", lambda n, s: D.hand_images(n, 224, seed=s),
+           lambda: T.hand_landmark_task,
+           "MediaPipe hand landmarks (full): 21 image points, the same points in metric 3-D world coordinates, "
+           "hand presence and handedness; photos of real hands pasted on photos (not aligned as MediaPipe's palm "
+           "detector crops them)"),
     M.Case("hey_jarvis", "hey_jarvis_v0.1.onnx", "x.1", D.wake_features, lambda: T.wake_task,
            "openWakeWord hey_jarvis: a score, then If(score >= 0.5) a verifier head; embeddings of speech-like "
            "audio (no wake word: the verifier branch is never taken)"),
