@@ -28,6 +28,7 @@ profiles the Edge TPU pre-check runs and, if ``edgetpu_compiler`` is on PATH, th
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -157,14 +158,43 @@ def _shared(job: ConvertJob) -> dict:
 
 def float_form(job: ConvertJob) -> Converted:
     """The float TFLite form of the source, made once per conversion (all TFLite profiles and
-    recovery candidates share it; onnx2tf, the slow part, runs once)."""
+    recovery candidates share it; onnx2tf, the slow part, runs once), then rewritten for a target
+    whose operator table lacks an op it has an exact equivalent for (made once per such target)."""
     key = f"tflite_float:{job.options.get('tflite_input_layout', 'source')}:{sorted(job.input_shapes.items())}"
     shared = _shared(job)
     if key not in shared:
         route: Callable[[ConvertJob], Converted] = ROUTES.get(job.source.format)
         job.log(f"{job.source.format} -> float TFLite")
         shared[key] = _delegate_friendly(job, route(job))
-    return shared[key]
+    rewrites = _operator_rewrites(job)
+    if not rewrites:
+        return shared[key]
+    target_key = f"{key}:{','.join(name for name, *_ in rewrites)}"
+    if target_key not in shared:
+        base = shared[key]
+        form = dataclasses.replace(base, tools=dict(base.tools), tensor_names=dict(base.tensor_names),
+                                   input_perms=dict(base.input_perms), warnings=list(base.warnings),
+                                   custom_ops=list(base.custom_ops))
+        for name, rewrite, how in rewrites:
+            model, n = rewrite(form.model)
+            if n:
+                job.log(f"{name} x{n} -> {how} ({job.profile.name} runs those, not {name})")
+                form.model = model
+                form.route += f" -> {name} as {how} for {job.profile.name} (x{n})"
+        shared[target_key] = form
+    return shared[target_key]
+
+
+def _operator_rewrites(job: ConvertJob) -> list[tuple[str, Callable[[bytes], tuple[bytes, int]], str]]:
+    """Exact float rewrites of ops the profile's operator table lacks into ops it has."""
+    from .tflite_native import decompose_leaky_relu
+
+    supported = {s.upper() for s in job.profile.operators.supported}
+    if not supported or not job.options.get("tflite_delegate_rewrites", True):
+        return []
+    return [(name, rewrite, how) for name, needs, rewrite, how in
+            (("LEAKY_RELU", {"MUL", "SUB", "ADD"}, decompose_leaky_relu, "relu(x) + alpha * (x - relu(x))"),)
+            if name not in supported and needs <= supported]
 
 
 def _delegate_friendly(job: ConvertJob, form: Converted) -> Converted:

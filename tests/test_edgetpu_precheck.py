@@ -22,10 +22,12 @@ def odd_models(tmp_path_factory):
 
 
 def test_unsupported_int8_op_is_listed_with_mapping_estimate(odd_models, tmp_path):
-    """LEAKY_RELU quantizes to int8 but is outside the Edge TPU set: flagged, and the rest goes to CPU."""
+    """LEAKY_RELU quantizes to int8 but is outside the Edge TPU set: with the rewrite below switched
+    off it stays, is flagged, and the rest goes to CPU."""
     from edge_sdk.converters.tflite_int8 import convert
 
     job = tm.keras_job(odd_models["leaky"], "coral-edgetpu", tmp_path)
+    job.options["tflite_delegate_rewrites"] = False
     res = convert(job)  # not blocking: the compiler maps ops up to it and leaves the rest on the CPU
     pre = res.backend_options["edgetpu_precheck"]
     assert not pre["ok"]
@@ -36,6 +38,32 @@ def test_unsupported_int8_op_is_listed_with_mapping_estimate(odd_models, tmp_pat
     assert pre["tpu_fraction"] == pytest.approx(index / pre["total_ops"])
     assert any("LEAKY_RELU" in w for w in res.warnings)
     assert any("would map to the Edge TPU" in w for w in res.warnings)
+
+
+def test_leaky_relu_is_rewritten_into_ops_the_edge_tpu_maps(odd_models, tmp_path):
+    """By default the Edge TPU profile's float form has LEAKY_RELU as relu(x) + alpha * (x - relu(x))
+    (MUL, SUB, MUL, ADD: ops its table has, exact in float): every op maps, top-1 agrees with the
+    float model; arm-cpu, whose XNNPACK runs int8 LEAKY_RELU, keeps the op."""
+    import numpy as np
+    import tensorflow as tf
+
+    from edge_sdk.converters.tflite_int8 import convert
+
+    job = tm.keras_job(odd_models["leaky"], "coral-edgetpu", tmp_path / "coral")
+    res = convert(job)
+    pre = res.backend_options["edgetpu_precheck"]
+    assert pre["ok"] and pre["tpu_fraction"] == 1.0 and "LEAKY_RELU" not in pre["op_counts"], pre
+    assert "LEAKY_RELU as relu(x) + alpha * (x - relu(x)) for coral-edgetpu (x1)" in res.route
+    km = tf.keras.models.load_model(str(odd_models["leaky"]), compile=False)
+    feeds = [f["image"] for f in job.holdout]
+    agree = np.mean([tm.run_tflite(job.workdir / res.model_file, x).argmax() == np.asarray(km(x)).argmax() for x in feeds])
+    assert agree >= 0.85, agree
+    arm = tm.keras_job(odd_models["leaky"], "arm-cpu", tmp_path / "arm")
+    res = convert(arm)
+    from ai_edge_litert.interpreter import Interpreter
+
+    ops = {o["op_name"] for o in Interpreter(model_path=str(arm.workdir / res.model_file))._get_ops_details()}
+    assert "LEAKY_RELU" in ops and "LEAKY_RELU" not in res.route
 
 
 def test_float_op_is_an_error_for_coral_naming_it(odd_models, tmp_path):

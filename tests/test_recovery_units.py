@@ -582,3 +582,20 @@ def test_the_float_compute_record_counts_what_the_converter_made_float():
     assert float_compute(model, recipe)["float"] == 1
     got = float_compute(model, recipe, {compute[0], compute[1]})
     assert got["float"] == 2 and got["int8_share"] == round(1 - 2 / len(compute), 3)
+
+
+def test_unnamed_onnx_nodes_get_unique_names_recovery_can_exclude():
+    """ONNX Runtime keeps nodes float by name: unnamed nodes (a decomposed hard-swish) are named
+    after their op type, never reusing a name the graph has."""
+    from onnx import TensorProto, helper
+
+    from edge_sdk.converters.onnx_qdq import _name_nodes
+
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph([helper.make_node("HardSigmoid", ["x"], ["a"]), helper.make_node("Mul", ["x", "a"], ["b"], name="Mul_0"),
+                           helper.make_node("Mul", ["b", "a"], ["c"])], "g",
+                          [vi("x", TensorProto.FLOAT, [1, 4])], [vi("c", TensorProto.FLOAT, [1, 4])])
+    model, count = _name_nodes(helper.make_model(g))
+    names = [n.name for n in model.graph.node]
+    assert count == 2 and names == ["HardSigmoid_0", "Mul_0", "Mul_1"]
+    assert _name_nodes(model) is None
