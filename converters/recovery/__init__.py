@@ -678,7 +678,8 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
     finally:
         loop.steps.append({"recipe": "sensitivity ranking", "seconds": round(time.perf_counter() - t0, 2),
                            "cpu_s": round(cpu_seconds() - c0, 2), "passed": False, "ranking": True})
-    if fmt == "tflite-int8" and tflite_config(ctx.profile).float_only_in_cpu_tail and ranking:  # only the CPU tail
+    cpu_tail_only = fmt == "tflite-int8" and tflite_config(ctx.profile).float_only_in_cpu_tail
+    if cpu_tail_only and ranking:  # only the CPU tail
         last = max(e.index for e in ranking)
         ranking = [e for e in ranking if e.index >= EDGETPU_MIN_SHARE * last]
     ranking = [e for e in ranking if e.name not in best.recipe.float_nodes and e.added > 0]
@@ -723,7 +724,7 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
     # A transformer's attention (softmax, activation x activation matmuls) float together: one
     # candidate, where the ranking spreads the noise over many norms and residuals (not on the
     # Edge TPU, where only the graph's tail may be float).
-    if not (fmt == "tflite-int8" and tflite_config(ctx.profile).float_only_in_cpu_tail) and loop.fits():
+    if not cpu_tail_only and loop.fits():
         try:
             attention = [n for n in attention_in(loop.graph()) if n not in best.recipe.float_nodes]
         except Exception as exc:  # noqa: BLE001 - a search step, never a conversion failure
@@ -747,7 +748,14 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
     # ranking's last entries by position can all sit on one output's path.
     tail, chain, head_reason = sorted(ranking, key=lambda e: -e.index), [], None
     try:
-        head = head_layers(loop.graph())
+        graph = loop.graph()
+        head = head_layers(graph)
+        if cpu_tail_only:
+            # A skip connection puts an early layer among those nearest the outputs (selfie
+            # segmentation's first convolution): float on the Edge TPU, it takes the whole graph
+            # off the TPU. Only layers in the graph's later part, as for the ranking.
+            start = EDGETPU_MIN_SHARE * len(graph.nodes)
+            head = [h for h in head if h[2] >= start]
         if any(c for *_, c in head):
             tail = [LayerError(n, op, 0.0, 0.0, i) for n, op, i, c in head if c]
             chain = [LayerError(n, op, 0.0, 0.0, i) for n, op, i, c in head if not c]
@@ -756,7 +764,7 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
         ctx.say(f"{fmt}: head not located ({exc})")
     order = sorted(ranking[:GAIN_TOP], key=lambda e: -(e.gain or 0)) + ranking[GAIN_TOP:]
     searches = [(tail, chain, TAIL_STEPS, "float head({})", head_reason), (order, [], MIXED_STEPS, "mixed({})", None)]
-    if fmt == "tflite-int8" and tflite_config(ctx.profile).float_only_in_cpu_tail:
+    if cpu_tail_only:
         # On the Edge TPU a set of sensitive layers is a candidate only as the CPU tail that starts
         # at the earliest of them: every layer after a float one leaves the TPU anyway. So the cuts
         # are the ranked layers' positions, each taking every later layer float (BlazeFace full
@@ -778,7 +786,7 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery) -> C
         if not loop.fits():
             rec.stopped = "time budget"
             return best
-    if fmt == "tflite-int8" and tflite_config(ctx.profile).float_only_in_cpu_tail:
+    if cpu_tail_only:
         # A float op type anywhere cuts the TPU graph at its first occurrence (BlazePalm's Coral
         # candidate fell to a 1% TPU share): on the Edge TPU only the CPU tail may be float.
         return best
