@@ -149,15 +149,20 @@ def decompose_prelu(model: bytes) -> tuple[bytes, int]:
         return name == "PRELU" and len(op.inputs) == 2 and _is_const(m, sg, int(op.inputs[1])) or None
 
     def build(edit: "_Editor", op, _) -> list:
-        x, alpha, y = int(op.inputs[0]), int(op.inputs[1]), int(op.outputs[0])
-        r, neg = edit.tensor_like(y, "prelu_relu"), edit.tensor_like(y, "prelu_negative")
-        scaled = edit.tensor_like(y, "prelu_scaled")
-        relu = edit.op("MUL", [x, edit.one()], [r], "MulOptions")  # int8 RELU is not delegated; MUL's fused RELU is
-        relu.builtinOptions.fusedActivationFunction = edit.schema.ActivationFunctionType.RELU
-        return [relu, edit.op("SUB", [x, r], [neg], "SubOptions"),
-                edit.op("MUL", [neg, alpha], [scaled], "MulOptions"), edit.op("ADD", [r, scaled], [y], "AddOptions")]
+        return _relu_plus_scaled_negative(edit, int(op.inputs[0]), int(op.inputs[1]), int(op.outputs[0]), "prelu")
 
     return _rewrite_ops(model, pick, build)
+
+
+def _relu_plus_scaled_negative(edit: "_Editor", x: int, alpha: int, y: int, prefix: str) -> list:
+    """``y = relu(x) + alpha * (x - relu(x))`` as ``MUL`` (x1, fused RELU), ``SUB``, ``MUL``, ``ADD``;
+    the ``ADD`` writes ``y`` (the replaced op's own output tensor)."""
+    r, neg = edit.tensor_like(y, f"{prefix}_relu"), edit.tensor_like(y, f"{prefix}_negative")
+    scaled = edit.tensor_like(y, f"{prefix}_scaled")
+    relu = edit.op("MUL", [x, edit.one()], [r], "MulOptions")  # int8 RELU is not delegated; MUL's fused RELU is
+    relu.builtinOptions.fusedActivationFunction = edit.schema.ActivationFunctionType.RELU
+    return [relu, edit.op("SUB", [x, r], [neg], "SubOptions"),
+            edit.op("MUL", [neg, alpha], [scaled], "MulOptions"), edit.op("ADD", [r, scaled], [y], "AddOptions")]
 
 
 def decompose_leaky_relu(model: bytes) -> tuple[bytes, int]:
@@ -182,14 +187,8 @@ def decompose_leaky_relu(model: bytes) -> tuple[bytes, int]:
         return float(op.builtinOptions.alpha)
 
     def build(edit: "_Editor", op, alpha: float) -> list:
-        x, y = int(op.inputs[0]), int(op.outputs[0])
-        r, neg = edit.tensor_like(y, "leaky_relu"), edit.tensor_like(y, "leaky_negative")
-        scaled = edit.tensor_like(y, "leaky_scaled")
-        relu = edit.op("MUL", [x, edit.one()], [r], "MulOptions")
-        relu.builtinOptions.fusedActivationFunction = edit.schema.ActivationFunctionType.RELU
-        return [relu, edit.op("SUB", [x, r], [neg], "SubOptions"),
-                edit.op("MUL", [neg, edit.const_float(alpha, y, "leaky_alpha")], [scaled], "MulOptions"),
-                edit.op("ADD", [r, scaled], [y], "AddOptions")]
+        y = int(op.outputs[0])
+        return _relu_plus_scaled_negative(edit, int(op.inputs[0]), edit.const_float(alpha, y, "leaky_alpha"), y, "leaky")
 
     return _rewrite_ops(model, pick, build)
 
