@@ -187,13 +187,14 @@ def float_form(job: ConvertJob) -> Converted:
 
 def _operator_rewrites(job: ConvertJob) -> list[tuple[str, Callable[[bytes], tuple[bytes, int]], str]]:
     """Exact float rewrites of ops the profile's operator table lacks into ops it has."""
-    from .tflite_native import decompose_leaky_relu
+    from .tflite_native import decompose_leaky_relu, relu_0_to_1_as_relu6
 
     supported = {s.upper() for s in job.profile.operators.supported}
     if not supported or not job.options.get("tflite_delegate_rewrites", True):
         return []
     return [(name, rewrite, how) for name, needs, rewrite, how in
-            (("LEAKY_RELU", {"MUL", "SUB", "ADD"}, decompose_leaky_relu, "relu(x) + alpha * (x - relu(x))"),)
+            (("LEAKY_RELU", {"MUL", "SUB", "ADD"}, decompose_leaky_relu, "relu(x) + alpha * (x - relu(x))"),
+             ("RELU_0_TO_1", {"MUL", "RELU6"}, relu_0_to_1_as_relu6, "relu6(6x) / 6"))
             if name not in supported and needs <= supported]
 
 

@@ -154,6 +154,31 @@ def decompose_prelu(model: bytes) -> tuple[bytes, int]:
     return _rewrite_ops(model, pick, build)
 
 
+def relu_0_to_1_as_relu6(model: bytes) -> tuple[bytes, int]:
+    """Rewrite every ``RELU_0_TO_1`` (``min(max(x, 0), 1)``, the hard sigmoid's clamp onnx2tf writes
+    in MobileNetV3's squeeze-excite blocks) as ``MUL`` by 6, ``RELU6``, ``MUL`` by 1/6, exact in float.
+
+    For targets whose operator table lacks it but has ``MUL`` and ``RELU6`` (the Edge TPU): the
+    PP-OCR direction classifier's first one left 11 of its 116 ops mappable. Each op keeps its own
+    int8 scale (a ``MINIMUM`` with 1 would share one, as ``MAXIMUM`` did for leaky ReLU). The last
+    ``MUL`` writes the op's own output tensor: names downstream hold.
+
+    Returns:
+        (the rewritten model, how many were rewritten); the input itself when there are none.
+    """
+    def pick(m, sg, name: str, op) -> bool | None:
+        return name == "RELU_0_TO_1" or None
+
+    def build(edit: "_Editor", op, _) -> list:
+        x, y = int(op.inputs[0]), int(op.outputs[0])
+        up, clamped = edit.tensor_like(y, "relu01_x6"), edit.tensor_like(y, "relu01_relu6")
+        return [edit.op("MUL", [x, edit.const_float(6.0, y, "relu01_six")], [up], "MulOptions"),
+                edit.op("RELU6", [up], [clamped], None),
+                edit.op("MUL", [clamped, edit.const_float(1.0 / 6.0, y, "relu01_sixth")], [y], "MulOptions")]
+
+    return _rewrite_ops(model, pick, build)
+
+
 def _relu_plus_scaled_negative(edit: "_Editor", x: int, alpha: int, y: int, prefix: str) -> list:
     """``y = relu(x) + alpha * (x - relu(x))`` as ``MUL`` (x1, fused RELU), ``SUB``, ``MUL``, ``ADD``;
     the ``ADD`` writes ``y`` (the replaced op's own output tensor)."""

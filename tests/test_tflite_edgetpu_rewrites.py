@@ -1,0 +1,100 @@
+"""Ops the Edge TPU's table lacks, rewritten exactly (in float) into ops it has, for that target only.
+
+RELU_0_TO_1 is the clamp of the hard sigmoid onnx2tf writes in MobileNetV3's squeeze-excite blocks
+(the PP-OCR direction classifier's first one left 11 of its 116 ops mappable); LEAKY_RELU is in the
+openWakeWord embedding (3 of 66). Built here by code: a CNN whose clamp is rewritten in the
+flatbuffer into the op TensorFlow's converter writes for it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge_sdk.converters.tflite_native import _Editor, _load, _op_names, _pack, decompose_leaky_relu, relu_0_to_1_as_relu6
+
+SHAPE = (1, 12, 12, 3)
+
+
+def _interp(model: bytes):
+    from ai_edge_litert.interpreter import Interpreter
+
+    it = Interpreter(model_content=model, num_threads=1)
+    it.allocate_tensors()
+    return it
+
+
+def _run(model: bytes, x: np.ndarray) -> np.ndarray:
+    it = _interp(model)
+    it.set_tensor(it.get_input_details()[0]["index"], x)
+    it.invoke()
+    return it.get_tensor(it.get_output_details()[0]["index"]).copy()
+
+
+def _ops(model: bytes) -> list[str]:
+    return [o["op_name"] for o in _interp(model)._get_ops_details()]
+
+
+@pytest.fixture(scope="module")
+def clamp_tflite(tmp_path_factory):
+    """conv(ReLU) -> min(., 1) -> leaky -> conv, with the MINIMUM turned into RELU_0_TO_1 (the same
+    function on a non-negative input: the op TensorFlow writes for a hard sigmoid's clamp)."""
+    import tensorflow as tf
+
+    tf.keras.utils.set_random_seed(7)
+    L = tf.keras.layers
+    inp = tf.keras.Input(shape=SHAPE[1:], batch_size=1, name="image")
+    x = L.Conv2D(8, 3, padding="same")(inp)
+    x = L.Lambda(lambda t: tf.minimum(tf.maximum(t, 0.0), 1.0))(x)
+    x = L.Conv2D(8, 3, padding="same")(x)
+    x = L.LeakyReLU(negative_slope=0.2)(x)
+    out = L.Conv2D(4, 1, name="head")(x)
+    model = tf.lite.TFLiteConverter.from_keras_model(tf.keras.Model(inp, out)).convert()
+    schema, m = _load(model)
+    names, sg = _op_names(schema, m), m.subgraphs[0]
+    edit = _Editor(schema, m, sg)
+    for op in sg.operators:
+        if names[op.opcodeIndex] == "MINIMUM":
+            op.opcodeIndex, op.inputs = edit.opcode("RELU_0_TO_1"), [op.inputs[0]]
+            op.builtinOptionsType, op.builtinOptions = 0, None
+    return _pack(m, len(model))
+
+
+def test_rewrites_are_exact_in_float(clamp_tflite):
+    ops = _ops(clamp_tflite)
+    assert "RELU_0_TO_1" in ops and "LEAKY_RELU" in ops, ops
+    relu01, n1 = relu_0_to_1_as_relu6(clamp_tflite)
+    both, n2 = decompose_leaky_relu(relu01)
+    assert (n1, n2) == (1, 1)
+    assert "RELU_0_TO_1" not in _ops(both) and "LEAKY_RELU" not in _ops(both)
+    assert relu_0_to_1_as_relu6(both) == (both, 0) and decompose_leaky_relu(both) == (both, 0)
+    for seed in range(3):
+        x = np.random.default_rng(seed).normal(0, 2, SHAPE).astype(np.float32)
+        np.testing.assert_allclose(_run(both, x), _run(clamp_tflite, x), rtol=1e-5, atol=1e-5)
+
+
+def test_the_edge_tpu_maps_every_op_and_the_cpu_profile_keeps_the_originals(clamp_tflite, tmp_path):
+    import edge_sdk
+    from edge_sdk.manifest import read_manifest
+
+    src = tmp_path / "clamp.tflite"
+    src.write_bytes(clamp_tflite)
+    name = _interp(clamp_tflite).get_input_details()[0]["name"]
+    np.savez(tmp_path / "calib.npz", **{name: np.random.default_rng(1).normal(0, 1, (120, *SHAPE[1:])).astype(np.float32)})
+    from edge_sdk.errors import ConversionError
+
+    # arm-cpu's ONNX sibling cannot be made (tf2onnx reads no RELU_0_TO_1); its TFLite is published
+    with pytest.raises(ConversionError) as err:
+        edge_sdk.convert(str(src), ["coral-edgetpu", "arm-cpu"], tmp_path / "out", calib=tmp_path / "calib.npz",
+                         recover="off", allow_accuracy_drop=True)
+    s = err.value.summary
+    assert "RELU_0_TO_1" in err.value.message and "Published: coral-edgetpu, arm-cpu" in err.value.message
+    coral = read_manifest(Path(s.profiles[0].folder))
+    pre = coral.backend_options["edgetpu_precheck"]
+    assert pre["ok"] and pre["tpu_fraction"] == 1.0, pre
+    route = coral.backend_options["routes"]["tflite-int8"]
+    assert "RELU_0_TO_1 as relu6(6x) / 6" in route and "LEAKY_RELU as relu(x) + alpha" in route, route
+    arm = Path(s.profiles[1].folder)
+    ops = _ops((arm / "model.tflite").read_bytes())
+    assert "RELU_0_TO_1" in ops and "LEAKY_RELU" in ops, ops
