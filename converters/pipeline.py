@@ -472,7 +472,21 @@ def _fold_tflite(source: SourceModel, path: Path, log) -> Path:
 
 def _static_onnx(source: SourceModel, shapes: StaticShapes, path: Path, tflite, log) -> Path:
     log("exporting the static float model (ONNX)")
-    return to_static_onnx(source, shapes.shapes, path, tflite_path=tflite() if tflite is not None else None)
+    return to_static_onnx(source, shapes.shapes, path, tflite_path=_for_tf2onnx(tflite(), log) if tflite is not None else None)
+
+
+def _for_tf2onnx(tflite_path: Path, log) -> Path:
+    """The float TFLite tf2onnx reads: RELU_0_TO_1, which tf2onnx has no handler for (onnx2tf writes
+    it for a hard sigmoid's clamp), as ``relu6(6x) / 6``, exact in float; the file itself otherwise."""
+    from .tflite_native import relu_0_to_1_as_relu6
+
+    model, n = relu_0_to_1_as_relu6(tflite_path.read_bytes())
+    if not n:
+        return tflite_path
+    log(f"RELU_0_TO_1 x{n} as relu6(6x) / 6 for tf2onnx (which reads no RELU_0_TO_1)")
+    out = tflite_path.with_name(f"{tflite_path.stem}.tf2onnx.tflite")
+    out.write_bytes(model)
+    return out
 
 
 def _graph(source: SourceModel, onnx: Callable[[], Path]):
