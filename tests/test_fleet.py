@@ -165,3 +165,23 @@ def test_a_device_killed_mid_task_leaves_no_work_folder_behind(tmp_path):
     removed = sweep_work_folders(tmp_path)
     assert sorted(removed) == sorted([gone, gone_convert])
     assert not gone.exists() and not gone_convert.exists() and live.is_dir() and other.is_dir()
+
+
+def test_a_failed_task_whose_device_leaves_moments_later_counts_as_a_lost_device():
+    """The scheduler cancels a killed worker's task (its scattered inputs are lost) as it removes the
+    worker, and the client can see the cancellation before the worker list changes: the device is
+    given a short grace to leave before the failure is put down to the task itself."""
+    from edge_sdk.fleet.client import _leaves
+
+    class Client:
+        def __init__(self, present_for: int):
+            self.calls, self.present_for = 0, present_for
+
+        def scheduler_info(self, n_workers=-1):
+            self.calls += 1
+            return {"workers": {"tcp://a:1": {}} if self.calls <= self.present_for else {}}
+
+    leaving = Client(present_for=3)
+    assert _leaves(leaving, "tcp://a:1", grace_s=5.0) and leaving.calls == 4
+    staying = Client(present_for=10 ** 6)
+    assert not _leaves(staying, "tcp://a:1", grace_s=0.3) and staying.calls >= 2

@@ -383,7 +383,9 @@ def drive(client, jobs: list[_Job], submit, take, say) -> list[dict[str, Any]]:
                     job.future = None
                 else:
                     fail(job, out["reason"])
-            elif dev["address"] not in alive:  # checked before "error": a lost device also loses its inputs
+            elif dev["address"] not in alive or (fut.status in ("error", "cancelled") and _leaves(client, dev["address"])):
+                # checked before "error": a lost device also loses its inputs, and the scheduler can
+                # cancel its task a moment before the worker list says it left
                 fut.cancel()
                 fail(job, f"device '{dev['name']}' left the fleet during the run (worker lost: killed, "
                           "crashed or disconnected)")
@@ -394,6 +396,23 @@ def drive(client, jobs: list[_Job], submit, take, say) -> list[dict[str, Any]]:
             if job.future is None:
                 pending.remove(job)
     return failed
+
+
+#: How long a task that failed or was cancelled waits for its device to leave the worker list.
+LEAVE_GRACE_S = 3.0
+
+
+def _leaves(client, address: str, grace_s: float = LEAVE_GRACE_S) -> bool:
+    """Whether ``address`` is gone from the scheduler's workers now or within ``grace_s``: a killed
+    worker's task is cancelled (its scattered inputs are lost) as the scheduler removes the worker,
+    and the client can see the cancellation before the worker list changes."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        if address not in set(client.scheduler_info(n_workers=-1)["workers"]):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
 
 
 def _take(job: _Job, dev: dict, out: dict, results: list, gates_failed: list, gates_checked: list,
