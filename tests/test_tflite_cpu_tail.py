@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import test_tflite_models as tm
+
 from edge_sdk.converters.graph import from_tflite
 from edge_sdk.converters.tflite_native import delay_float_ops, quantize_float_tflite
 
@@ -41,18 +43,6 @@ def _input_name(model: bytes) -> str:
     return Interpreter(model_content=model).get_input_details()[0]["name"]
 
 
-def _run(model: bytes, x: np.ndarray) -> np.ndarray:
-    from ai_edge_litert.interpreter import Interpreter
-
-    it = Interpreter(model_content=model, num_threads=1)
-    it.allocate_tensors()
-    d, o = it.get_input_details()[0], it.get_output_details()[0]
-    scale, zp = d["quantization"]
-    it.set_tensor(d["index"], np.clip(np.round(x / scale) + zp, 0, 255).astype(d["dtype"]))
-    it.invoke()
-    return it.get_tensor(o["index"]).copy()
-
-
 def test_float_layers_reading_an_early_tensor_end_up_in_one_tail(skip_tflite):
     src = skip_tflite.read_bytes()
     g = from_tflite(src)
@@ -77,7 +67,7 @@ def test_float_layers_reading_an_early_tensor_end_up_in_one_tail(skip_tflite):
     # the same computation, bit for bit
     for i in range(3):
         x = np.random.default_rng(50 + i).uniform(0, 1, SHAPE).astype(np.float32)
-        np.testing.assert_array_equal(_run(moved, x), _run(q, x))
+        np.testing.assert_array_equal(tm.run_tflite(moved, x), tm.run_tflite(q, x))
     assert delay_float_ops(moved) == (moved, 0)  # already as late as it gets
 
 

@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import test_tflite_models as tm
+
 from edge_sdk.converters.tflite_native import _Editor, _load, _op_names, _pack, decompose_leaky_relu, relu_0_to_1_as_relu6
 
 SHAPE = (1, 12, 12, 3)
@@ -23,13 +25,6 @@ def _interp(model: bytes):
     it = Interpreter(model_content=model, num_threads=1)
     it.allocate_tensors()
     return it
-
-
-def _run(model: bytes, x: np.ndarray) -> np.ndarray:
-    it = _interp(model)
-    it.set_tensor(it.get_input_details()[0]["index"], x)
-    it.invoke()
-    return it.get_tensor(it.get_output_details()[0]["index"]).copy()
 
 
 def _ops(model: bytes) -> list[str]:
@@ -71,7 +66,7 @@ def test_rewrites_are_exact_in_float(clamp_tflite):
     assert relu_0_to_1_as_relu6(both) == (both, 0) and decompose_leaky_relu(both) == (both, 0)
     for seed in range(3):
         x = np.random.default_rng(seed).normal(0, 2, SHAPE).astype(np.float32)
-        np.testing.assert_allclose(_run(both, x), _run(clamp_tflite, x), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(tm.run_tflite(both, x), tm.run_tflite(clamp_tflite, x), rtol=1e-5, atol=1e-5)
 
 
 def test_the_edge_tpu_maps_every_op_and_the_cpu_profile_keeps_the_originals(clamp_tflite, tmp_path):

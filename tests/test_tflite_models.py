@@ -146,11 +146,11 @@ def onnx_job(path: Path, profile: str, tmp: Path, hw: int = 16):
                     [TensorSpec("probs", [-1, NUM_CLASSES], "float32")], {"input": shape}, tmp)
 
 
-def run_tflite(model_path: Path, feed: np.ndarray) -> np.ndarray:
-    """Run a one-input TFLite model in LiteRT on a float feed; (de)quantizes integer I/O."""
+def run_tflite(model: Path | bytes, feed: np.ndarray) -> np.ndarray:
+    """Run a one-input TFLite model (a file or its bytes) in LiteRT on a float feed; (de)quantizes integer I/O."""
     from ai_edge_litert.interpreter import Interpreter
 
-    it = Interpreter(model_path=str(model_path))
+    it = Interpreter(model_content=model, num_threads=1) if isinstance(model, bytes) else Interpreter(model_path=str(model))
     it.allocate_tensors()
     inp, out = it.get_input_details()[0], it.get_output_details()[0]
     x = feed

@@ -40,7 +40,7 @@ from edge_sdk.errors import ConversionError, InputValidationError
 from ..base import Recipe, cpu_seconds
 from ..targets import tflite_config
 from .candidates import Candidate, copy_into, local_p50_ms, make_candidate, reported_float_layers
-from .sensitivity import LayerError, layer_errors
+from .sensitivity import LayerError, layer_errors, tflite_layers_in_order
 
 if TYPE_CHECKING:
     from ..build import BuildContext
@@ -647,9 +647,7 @@ def _cpu_tails(loop: Loop, ranking: list[LayerError]) -> tuple[list[LayerError],
     label, reason)`` for :func:`_fewest` (``layers`` last-executed first, so ``layers[:k]`` is the
     tail of ``k`` layers; ``counts`` the tail sizes that start at a ranked layer)."""
     try:
-        graph = loop.graph()
-        nodes = [(n.outputs[0], n.native) for n in graph.nodes
-                 if n.outputs and n.native not in ("QUANTIZE", "DEQUANTIZE")]
+        nodes = [(n.outputs[0], n.native) for n in tflite_layers_in_order(loop.graph())]
     except Exception:  # noqa: BLE001 - a search step, never a conversion failure
         return [], [], [], "", ""
     layers = [LayerError(name, op, 0.0, 0.0, i) for i, (name, op) in reversed(list(enumerate(nodes)))]

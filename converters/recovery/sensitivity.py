@@ -315,8 +315,14 @@ def tflite_layers(float_model: bytes, int8_model: bytes, feeds: list) -> list[La
                                  _tflite_quantizers(int8_model), -1)
     g = from_tflite(float_model)
     nodes = [(n.outputs[0], n.native, [t for t in n.inputs if t and t not in g.constants], n.outputs[0])
-             for n in g.nodes if n.outputs and n.native not in ("QUANTIZE", "DEQUANTIZE")]
+             for n in tflite_layers_in_order(g)]
     return _rank(nodes, errors, local)
+
+
+def tflite_layers_in_order(graph) -> list:
+    """A float TFLite graph's layers in execution order, as :func:`tflite_layers` ranks them (their
+    ``LayerError.index`` is the position here): every op with an output but the (de)quantizers."""
+    return [n for n in graph.nodes if n.outputs and n.native not in ("QUANTIZE", "DEQUANTIZE")]
 
 
 def _tflite_quantizers(model: bytes) -> dict[str, Callable]:
