@@ -198,8 +198,8 @@ def decompose_leaky_relu(model: bytes) -> tuple[bytes, int]:
     For targets whose operator table lacks ``LEAKY_RELU`` but has those ops (the Edge TPU): each
     leaky ReLU otherwise ends the part the compiler maps (the openWakeWord embedding's first one
     left 3 of its 66 ops on the TPU). ``max(x, alpha * x)`` is exact too, but int8 ``MAXIMUM``
-    shares one scale between its inputs and output, and TensorFlow's quantizer gave it the scaled
-    branch's: the embedding's cosine against float fell from 0.997 to 0.90. XNNPACK runs int8
+    shares one scale between its inputs and output (which one it got was not inspected): the
+    embedding's cosine against float fell from 0.997 to 0.90. XNNPACK runs int8
     ``LEAKY_RELU`` itself, so the CPU profiles keep it. The ``ADD`` writes the op's own output
     tensor: names downstream hold.
 
