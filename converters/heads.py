@@ -60,8 +60,9 @@ def _ssd(head: str, names: list[str], source: SourceModel) -> dict[str, Any]:
 
 
 def postprocess(head, labels, source: SourceModel, declared: dict[str, OutputKind]) -> dict[str, Any] | None:
-    """``--head``/``--labels`` checked against the source's outputs; a yolov8 head declares its
-    output's kind for the gate (unless ``--output`` did). None when neither was given.
+    """``--head``/``--labels`` checked against the source's outputs; a yolov8 or yolov5 head
+    declares its output's kind for the gate (unless ``--output`` did): boxes and class scores,
+    and for yolov5 the objectness channel the class scores are multiplied by. None when neither was given.
 
     Raises:
         InputValidationError: an unknown head, a bad anchor spec, unreadable labels, or a class
@@ -99,4 +100,7 @@ def postprocess(head, labels, source: SourceModel, declared: dict[str, OutputKin
         axis = 1 if shape[1] <= shape[2] else 2
         declared[out.name] = parse_declaration(f"{out.name}:packed:axis={axis},boxes=0-4,scores=4-{4 + classes}")[1]
         declared[out.name].source = "declared"
+    if name == "yolov5" and classes is not None and out.name not in declared:
+        declared[out.name] = parse_declaration(
+            f"{out.name}:packed:axis=2,boxes=0-4,objectness=4-5,scores=5-{5 + classes}")[1]
     return {"head": name if head is not None else "classifier", "output": out.name, "labels": names}

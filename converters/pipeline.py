@@ -252,7 +252,7 @@ def convert(model, profiles, out, *, calib=None, calib_count: int | None = None,
         head: How the device decodes the outputs (``yolov8``, ``yolov5``, ``ssd-anchors:<spec>``,
             ``classifier``, ``segmentation``; docs/heads.md): recorded in the manifest, so
             ``load(...).infer_image(frame).detections`` (or ``.mask``) works without arguments; a
-            yolov8 head also declares its output's kind for the gate (boxes and class scores).
+            yolov8 or yolov5 head also declares its output's kind for the gate (boxes, class scores, objectness).
         labels: Class names (a list or a text file, one per line), recorded in the manifest; their
             count must match the head's classes.
         bake_preprocess: OpenVINO IR only: compile the preprocessing into the IR for camera frames,

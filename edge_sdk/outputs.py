@@ -16,7 +16,9 @@ Kinds:
 * ``heatmap`` / ``mask``: spatial maps (probabilities, or logits with ``activation``).
 * ``embedding``: a feature vector compared by direction.
 * ``sequence``: per-step class scores ``[..., T, C]`` (``blank``: the CTC blank index, if any).
-* ``packed``: several of the above in channel ``groups`` along ``axis`` (YOLO: boxes, scores).
+* ``packed``: several of the above in channel ``groups`` along ``axis`` (YOLO: boxes, scores). A
+  group may also be ``objectness`` (one channel, YOLOv5/YOLOX): the class scores beside it are
+  then conditional, and a detection's score is objectness times class score.
 * ``tensor``: nothing known; whole-tensor cosine and SQNR.
 
 Pure numpy; no ML framework is imported here (the runtime path uses it).
@@ -34,11 +36,15 @@ from .errors import InputValidationError
 KindName = Literal["scores", "logits", "boxes", "landmarks", "regression", "heatmap", "mask", "embedding",
                    "sequence", "packed", "tensor"]
 Activation = Literal["none", "sigmoid", "softmax"]
+#: What a channel group of a packed output may hold: a kind, or ``objectness`` (one channel whose
+#: product with the class scores beside it is the detection score).
+GroupKind = Literal["scores", "logits", "boxes", "landmarks", "regression", "heatmap", "mask", "embedding",
+                    "sequence", "packed", "tensor", "objectness"]
 
 KINDS: tuple[str, ...] = ("scores", "logits", "boxes", "landmarks", "regression", "heatmap", "mask", "embedding",
                           "sequence", "packed", "tensor")
 #: Words users type -> the kind they mean.
-ALIASES = {"probs": "scores", "probabilities": "scores", "classes": "scores", "coords": "regression",
+ALIASES = {"obj": "objectness", "probs": "scores", "probabilities": "scores", "classes": "scores", "coords": "regression",
            "keypoints": "landmarks", "segmentation": "mask", "features": "embedding", "ctc": "sequence",
            "generic": "tensor", "raw": "tensor"}
 #: Kinds judged as real-valued coordinates / values.
@@ -54,7 +60,7 @@ class OutputGroup:
     name: str
     start: int
     stop: int
-    kind: KindName = "regression"
+    kind: GroupKind = "regression"
     activation: Activation = "none"
 
 
@@ -93,16 +99,18 @@ class OutputKind:
         return f"{self.kind}{'(' + extra[2:] + ')' if extra else ''}"
 
 
-def canonical(word: str) -> str:
-    """The kind a word names (aliases resolved), or raise listing the kinds.
+def canonical(word: str, group: bool = False) -> str:
+    """The kind a word names (aliases resolved), or raise listing the kinds; ``group``: also
+    ``objectness`` (a channel group of a packed output).
 
     Raises:
         InputValidationError: unknown kind.
     """
     w = word.strip().lower()
     w = ALIASES.get(w, w)
-    if w not in KINDS:
-        raise InputValidationError(f"Unknown output kind '{word}'.", f"Kinds: {', '.join(KINDS)}")
+    if w not in KINDS and not (group and w == "objectness"):
+        raise InputValidationError(f"Unknown output kind '{word}'.",
+                                   f"Kinds: {', '.join(KINDS)}" + ("; a packed group may also be objectness" if group else ""))
     return w
 
 
@@ -152,9 +160,9 @@ def parse_declaration(text: str) -> tuple[str, OutputKind]:
             lo, dash, hi = span.partition("-")
             if not dash:
                 raise InputValidationError(f"--output '{text}': group '{key}' needs START-STOP, got '{value}'.")
-            if not gkind and ALIASES.get(key, key) not in KINDS:
+            if not gkind and ALIASES.get(key, key) not in (*KINDS, "objectness"):
                 raise InputValidationError(f"--output '{text}': say what group '{key}' holds, e.g. {key}={value}/scores.")
-            g_kind = canonical(gkind or key)
+            g_kind = canonical(gkind or key, group=True)
             act = "sigmoid" if g_kind == "logits" else "none"
             out.groups.append(OutputGroup(key, _int(lo, "group start"), _int(hi, "group stop"), g_kind, act))  # type: ignore[arg-type]
         else:
@@ -162,7 +170,19 @@ def parse_declaration(text: str) -> tuple[str, OutputKind]:
                                        "Options: axis, activation, blank, and GROUP=START-STOP for packed outputs.")
     if kind == "packed" and not out.groups:
         raise InputValidationError(f"--output '{text}': a packed output needs its groups, e.g. boxes=0-4,scores=4-84.")
+    if kind == "packed":
+        _check_objectness(f"--output '{text}'", out)
     return name, out
+
+
+def _check_objectness(where: str, kind: OutputKind) -> None:
+    obj = [g for g in kind.groups if g.kind == "objectness"]
+    if len(obj) > 1 or any(g.stop - g.start != 1 for g in obj):
+        raise InputValidationError(f"{where}: a packed output has at most one objectness group, of one channel.",
+                                   "e.g. boxes=0-4,objectness=4-5,scores=5-85 (YOLOv5).")
+    if obj and not any(g.kind in ("scores", "logits") for g in kind.groups):
+        raise InputValidationError(f"{where}: an objectness group needs class scores beside it.",
+                                   "Declare it as scores instead (e.g. scores=4-5) if it is the only score.")
 
 
 def check_fits(name: str, kind: OutputKind, shape: list[int]) -> None:
@@ -185,6 +205,7 @@ def check_fits(name: str, kind: OutputKind, shape: list[int]) -> None:
         for (_, hi, g), (lo2, _, g2) in zip(spans, spans[1:]):
             if lo2 < hi:
                 raise InputValidationError(f"Output '{name}': groups '{g}' and '{g2}' overlap.")
+        _check_objectness(f"Output '{name}'", kind)
 
 
 # ----------------------------------------------------------------------------- math shared by gate and printers
@@ -241,7 +262,8 @@ def summarize_output(name: str, arr: np.ndarray, kind: OutputKind | None, top_k:
         info["groups"] = []
         for g in k.groups:
             part = np.take(a, range(g.start, g.stop), axis=k.axis)
-            sub = OutputKind(kind=g.kind, axis=k.axis, activation=g.activation)
+            sub = OutputKind(kind="scores" if g.kind == "objectness" else g.kind, axis=k.axis,  # type: ignore[arg-type]
+                             activation=g.activation)
             info["groups"].append(summarize_output(g.name, part, sub, top_k, labels))
         return info
     if k.kind in ("scores", "logits") and a.size:

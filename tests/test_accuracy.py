@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +15,8 @@ import pytest
 from edge_sdk.converters.accuracy import compare, gate_step, infer_kinds, match_outputs
 from edge_sdk.converters.accuracy.kinds import from_values
 from edge_sdk.converters.accuracy.metrics import edit_distance, evaluate_output, whole_tensor
+from edge_sdk.converters.base import SourceModel
+from edge_sdk.converters.heads import postprocess
 from edge_sdk.errors import ConversionError, InputValidationError
 from edge_sdk.manifest import TensorSpec
 from edge_sdk.outputs import OutputGroup, OutputKind, ctc_collapse, parse_declaration
@@ -127,6 +130,75 @@ def test_a_detectors_boxes_are_judged_where_it_detects_not_where_it_hesitates():
     out = compare([{"b": boxes[i], "s": quiet[i]} for i in range(4)], [{"b": ok[i], "s": quiet[i]} for i in range(4)],
                   kinds, SPEC)
     assert not out["b"]["passed"] and "confident" in out["b"]["judged_at"]
+
+def _yolox_rows(samples: int = 4, n: int = 600, seed: int = 1) -> np.ndarray:
+    """``[samples, 1, n, 6]`` YOLOX-style rows: raw box regressors, objectness, one class score.
+    The class score is conditional (trained only where an object is), so it sits near 0.9 at
+    every anchor; objectness is near 0 except at a few objects' anchors."""
+    rng = np.random.default_rng(seed)
+    rows = np.empty((samples, 1, n, 6))
+    rows[..., :4] = rng.normal(0.5, 0.8, (samples, 1, n, 4))
+    rows[..., 4] = 1 / (1 + np.exp(-rng.normal(-7, 1.5, (samples, 1, n))))
+    rows[..., 5] = rng.uniform(0.8, 0.95, (samples, 1, n))
+    rows[:, :, :8, 4] = rng.uniform(0.7, 0.99, (samples, 1, 8))  # eight object anchors per sample
+    return rows
+
+
+def test_objectness_heads_are_judged_by_objectness_times_class_score():
+    """YOLOv5/YOLOX: a detection is objectness x class score. Judged as two independent scores,
+    the conditional class score (0.9 everywhere) made every anchor a 'positive': invented
+    detections vanished among thousands of positives, and boxes were judged at background
+    anchors, where nobody reads them (ddddocr's YOLOX detector: the gate passed artifacts that
+    invented detections and failed one that did the task)."""
+    rows = _yolox_rows()
+    kind = OutputKind("packed", axis=-1, groups=[OutputGroup("boxes", 0, 4, "boxes"), OutputGroup("objectness", 4, 5, "objectness"),
+                                                  OutputGroup("scores", 5, 6, "scores")])
+    flat = OutputKind("packed", axis=-1, groups=[OutputGroup("boxes", 0, 4, "boxes"), OutputGroup("scores", 4, 6, "scores")])
+    ref = list(rows)
+    noisy = rows.copy()
+    noisy[..., 8:, :4] += RNG.normal(0, 1.0, noisy[..., 8:, :4].shape)  # background boxes wander
+    noisy[..., :8, :4] += RNG.normal(0, 0.02, noisy[..., :8, :4].shape)
+    ok = evaluate_output(ref, list(noisy), kind, SPEC)
+    assert ok["passed"], ok["failures"]
+    assert ok["groups"]["scores"]["kind"] == "scores x objectness" and ok["groups"]["scores"]["positives"][0] == 32
+    assert ok["groups"]["boxes"]["at_confident_positions"] == 32
+    assert not evaluate_output(ref, list(noisy), flat, SPEC)["passed"]  # the old reading: boxes at every anchor
+
+    invented = rows.copy()
+    invented[:, :, 100:104, 4] = 0.9  # four objects per sample where the float model sees none
+    bad = evaluate_output(ref, list(invented), kind, SPEC)
+    assert not bad["passed"] and any(f.startswith("scores: positives") for f in bad["failures"]), bad["failures"]
+    assert evaluate_output(ref, list(invented), flat, SPEC)["groups"]["scores"]["passed"]  # 16 among ~2400 'positives'
+
+
+def test_objectness_is_told_from_the_values_and_from_a_yolov5_head():
+    rows = _yolox_rows()
+    assert [g.name for g in from_values(rows, [1, 600, 6]).groups] == ["boxes", "scores"]
+    kinds = infer_kinds([TensorSpec("out", [1, 600, 6], "float32")], [{"out": r} for r in rows], None)
+    assert kinds["out"].label() == "packed(boxes 0:4, objectness 4:5, scores 5:6 @axis -1)", kinds["out"].label()
+    assert "objectness" in kinds["out"].reason
+
+    # YOLOv8 (no objectness): class scores are low wherever nothing is -> not split
+    v8 = np.concatenate([RNG.uniform(0, 320, (4, 1, 4, 600)), 1 / (1 + np.exp(-RNG.normal(-7, 1.5, (4, 1, 3, 600))))], axis=2)
+    v8[:, :, 4, :10] = 0.9
+    v8[:, :, 5, 10:20] = 0.9
+    k8 = infer_kinds([TensorSpec("out", [1, 7, 600], "float32")], [{"out": r} for r in v8], None)["out"]
+    assert k8.label() == "packed(boxes 0:4, scores 4:7 @axis -2)", k8.label()
+    # softmax over [background, class]: rows sum to 1 -> not split
+    soft = np.concatenate([rows[..., :4], np.stack([1 - rows[..., 4], rows[..., 4]], -1)], -1)
+    ks = infer_kinds([TensorSpec("out", [1, 600, 6], "float32")], [{"out": r} for r in soft], None)["out"]
+    assert all(g.kind != "objectness" for g in ks.groups), ks.label()
+    # a declaration is taken as is
+    kd = infer_kinds([TensorSpec("out", [1, 600, 6], "float32")], [{"out": r} for r in rows], None,
+                     {"out": parse_declaration("out:packed:axis=2,boxes=0-4,scores=4-6")[1]})["out"]
+    assert all(g.kind != "objectness" for g in kd.groups)
+
+    src = SourceModel(Path("m.onnx"), "onnx", "0" * 64, [TensorSpec("images", [1, 3, 416, 416], "float32")],
+                      [TensorSpec("out", [1, 3549, 85], "float32")])
+    declared: dict = {}
+    assert postprocess("yolov5", None, src, declared)["head"] == "yolov5"
+    assert declared["out"].label() == "packed(boxes 0:4, objectness 4:5, scores 5:85 @axis 2)"
+
 
 # ----------------------------------------------------------------------------- other kinds
 def test_landmarks_get_no_top1_and_are_judged_relative_to_their_range():
@@ -343,10 +415,13 @@ def test_declarations_parse_names_with_colons_and_packed_groups():
     assert [(g.name, g.start, g.stop, g.kind) for g in k.groups] == [("boxes", 0, 4, "boxes"), ("cls", 4, 84, "scores")]
     assert parse_declaration("probs:logits:activation=sigmoid")[1].activation == "sigmoid"
     assert parse_declaration("out:ctc:blank=0")[1].kind == "sequence"
+    k = parse_declaration("output0:packed:axis=2,boxes=0-4,obj=4-5,scores=5-85")[1]
+    assert [(g.name, g.kind) for g in k.groups] == [("boxes", "boxes"), ("obj", "objectness"), ("scores", "scores")]
 
 
-@pytest.mark.parametrize("bad", ["nokind", "x:wat", "x:packed", "x:packed:boxes=4", "x:scores:axis=one", "x:packed:obj=0-4",
-                                 "x:scores:color=red"])
+@pytest.mark.parametrize("bad", ["nokind", "x:wat", "x:packed", "x:packed:boxes=4", "x:scores:axis=one", "x:packed:wat=0-4",
+                                 "x:packed:boxes=0-4,obj=4-6,scores=6-9", "x:packed:boxes=0-4,obj=4-5",
+                                 "x:obj", "x:scores:color=red"])
 def test_bad_declarations_are_clear_errors(bad):
     with pytest.raises(InputValidationError):
         parse_declaration(bad)

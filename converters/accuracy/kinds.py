@@ -10,7 +10,8 @@ Order of evidence, strongest first:
 3. **Values seen on the float model** over the held-back samples: probabilities that sum to one;
    one value per anchor far outside [0, 1] (raw logits, e.g. BlazeFace's -60 background); a
    channel axis whose leading channels are coordinates and whose trailing ones stay in [0, 1]
-   (a packed detector head); spatial maps; mostly positive vectors of x,y(,z) (landmarks) vs
+   (a packed detector head; its first score channel is objectness when the class scores beside
+   it stay high where it says nothing is, as YOLOv5/YOLOX's conditional class scores); spatial maps; mostly positive vectors of x,y(,z) (landmarks) vs
    signed vectors (embeddings); per-anchor regressions beside per-anchor scores (boxes); a signed
    x, y, z vector with as many points as a landmarks output (3-D world landmarks).
 4. Otherwise ``tensor``: whole-tensor cosine and SQNR.
@@ -140,6 +141,54 @@ def _packed_from_values(r: np.ndarray, shape: list[int]) -> OutputKind | None:
             return OutputKind("packed", axis=axis - rank, groups=groups, source="values",
                               reason=f"channels 0:{k} range beyond [0, 1] (coordinates), {k}:{c} stay in [0, 1] (scores)")
     return None
+
+
+#: Objectness evidence: where the first score channel is below this, nothing is there ...
+OBJ_ABSENT = 0.05
+#: ... yet the class scores beside it reach 0.5 at this share of those positions or more ...
+OBJ_CLASSES_HIGH_SHARE = 0.10
+#: ... and where it is >= 0.5, a class score >= 0.3 names the object at this share or more.
+OBJ_NAMED_SHARE = 0.5
+
+
+def split_objectness(kind: OutputKind, r: np.ndarray) -> None:
+    """Split a packed output's scores group into ``objectness`` + conditional class scores when
+    the values say so (``r``: ``[samples, *shape]`` float outputs).
+
+    YOLOv5/YOLOX rows are ``boxes, objectness, classes``: the class scores are trained only where
+    an object is, so they stay high where objectness says nothing is, and the detection score is
+    their product. Judged as independent scores, a single-class head (class score ~0.9 at every
+    anchor) would call every anchor a detection and judge boxes at background anchors. Evidence,
+    all needed: the group has 2+ channels not summing to 1 (no softmax); its first channel is
+    below :data:`OBJ_ABSENT` at most positions; the other channels still reach 0.5 at
+    :data:`OBJ_CLASSES_HIGH_SHARE` of those; and where the first channel is >= 0.5 (10+
+    positions) a class reaches 0.3 at :data:`OBJ_NAMED_SHARE` of them. A YOLOv8 head (no
+    objectness: background anchors score low in every class) fails the third test.
+    """
+    if kind.kind != "packed" or kind.source == "declared" or any(g.kind == "objectness" for g in kind.groups):
+        return
+    ax = kind.axis + 1 if kind.axis >= 0 else kind.axis
+    for i, g in enumerate(kind.groups):
+        if g.kind != "scores" or g.stop - g.start < 2:
+            continue
+        part = np.moveaxis(np.take(r, range(g.start, g.stop), axis=ax), ax, -1).reshape(-1, g.stop - g.start)
+        part = part.astype(np.float64)
+        if not _in01(part) or np.allclose(part.sum(-1), 1.0, atol=1e-3):
+            continue
+        first, rest = part[:, 0], part[:, 1:].max(axis=1)
+        absent, present = first < OBJ_ABSENT, first >= 0.5
+        if absent.mean() < 0.5 or present.sum() < 10:
+            continue
+        high_where_absent = float(np.mean(rest[absent] >= 0.5))
+        named = float(np.mean(rest[present] >= 0.3))
+        if high_where_absent < OBJ_CLASSES_HIGH_SHARE or named < OBJ_NAMED_SHARE:
+            continue
+        obj = OutputGroup("objectness", g.start, g.start + 1, "objectness")
+        kind.groups[i:i + 1] = [obj, OutputGroup(g.name, g.start + 1, g.stop, "scores")]
+        kind.reason += (f"; channel {g.start} is objectness: below {OBJ_ABSENT} at {absent.mean():.0%} of positions, "
+                        f"where the class scores still reach 0.5 at {high_where_absent:.0%} (conditional class scores: "
+                        "judged as objectness x class score)")
+        return
 
 
 def from_values(r: np.ndarray, shape: list[int]) -> OutputKind | None:
@@ -273,6 +322,8 @@ def infer_kinds(outputs: list[TensorSpec], reference: list[dict[str, np.ndarray]
         if kind is None and r.size:
             kind = from_values(r, shape)
         kind = kind or OutputKind("tensor", source="default", reason="no evidence of a kind: whole-tensor metrics")
+        if r.size:
+            split_objectness(kind, r)
         check_fits(spec.name, kind, shape)
         if kind.kind == "sequence" and kind.blank is None and kind.source != "declared" and r.size:
             kind.blank = infer_blank(r, kind)

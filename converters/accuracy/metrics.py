@@ -7,7 +7,8 @@ logits); error relative to the float dynamic range for boxes, landmarks and regr
 the positions where a detector's scores emit a detection, or else call confident, when it has such a companion); IoU of the
 thresholded maps for heatmaps and masks; cosine per sample for embeddings; step and whole
 sequence agreement for sequences. A packed output is judged group by group and the worst group
-reported. A group that quantization collapsed (almost no distinct values, or no range left)
+reported; beside an ``objectness`` group, class scores are judged as objectness x class score
+(what a YOLOv5/YOLOX head thresholds), and the boxes where that product emits a detection. A group that quantization collapsed (almost no distinct values, or no range left)
 fails on its own, whatever else it scores.
 """
 
@@ -322,15 +323,26 @@ def evaluate_output(ref: list[np.ndarray], test: list[np.ndarray], kind: OutputK
     groups: dict[str, Any] = {}
     fails: list[str] = []
     conf_mask = None
-    ordered = sorted(kind.groups, key=lambda g: g.kind in REGRESSION_KINDS)  # scores first: they give the mask
+    obj = next((g for g in kind.groups if g.kind == "objectness"), None)
+    # Scores first (they give the boxes their mask), then objectness, then the regressions.
+    ordered = sorted(kind.groups, key=lambda g: (g.kind in REGRESSION_KINDS, g.kind == "objectness"))
     for g in ordered:
         rs, ts = np.take(r, range(g.start, g.stop), axis=ax), np.take(t, range(g.start, g.stop), axis=ax)
-        part, f, conf = judge_part(rs, ts, g.kind, kind.axis, g.activation, spec, kind, samples,
+        gkind, act, label = g.kind, g.activation, g.kind + (f"({g.activation})" if g.activation != "none" else "")
+        if g.kind == "objectness":
+            gkind = "scores"
+        elif obj is not None and g.kind in ("scores", "logits"):
+            # Conditional class scores (YOLOv5, YOLOX): what the head thresholds is objectness x
+            # class score; judged alone, a class score of 0.9 where nothing is would count.
+            o_r, o_t = (activate(np.take(x, range(obj.start, obj.stop), axis=ax), obj.activation, ax) for x in (r, t))
+            act = "sigmoid" if g.kind == "logits" and act == "none" else act
+            rs, ts = activate(rs, act, ax) * o_r, activate(ts, act, ax) * o_t
+            gkind, act, label = "scores", "none", f"{label} x {obj.name}"
+        part, f, conf = judge_part(rs, ts, gkind, kind.axis, act, spec, kind, samples,
                                    conf_mask if g.kind in REGRESSION_KINDS else None)
         if conf is not None and conf_mask is None:
             conf_mask = conf
-        part = {"kind": g.kind + (f"({g.activation})" if g.activation != "none" else ""),
-                "channels": [g.start, g.stop], **part}
+        part = {"kind": label, "channels": [g.start, g.stop], **part}
         groups[g.name] = part
         fails.extend(f"{g.name}: {x}" for x in f)
     out["groups"] = {g.name: groups[g.name] for g in kind.groups}
