@@ -74,6 +74,8 @@ class OutputKind:
         activation: Applied before comparing or ranking (logits; maps given as logits).
         groups: Channel groups along ``axis`` (``packed`` only).
         blank: CTC blank index of a ``sequence`` (None: no CTC collapse).
+        bins: Boxes or regressions given as distributions (GFL/DFL: PicoDet, NanoDet, raw YOLOv8
+            heads): each value is ``bins`` logits whose softmax expectation is the distance.
         source: How it was decided: ``declared`` (by the user), ``graph`` (the op at the
             model's tail), ``values`` (ranges seen on the float model), ``shape``, ``default``.
         reason: One line saying why, for the report.
@@ -84,6 +86,7 @@ class OutputKind:
     activation: Activation = "none"
     groups: list[OutputGroup] = field(default_factory=list)
     blank: int | None = None
+    bins: int | None = None
     source: Literal["declared", "graph", "values", "shape", "default"] = "default"
     reason: str = ""
 
@@ -94,6 +97,8 @@ class OutputKind:
                               for g in self.groups)
             return f"packed({parts} @axis {self.axis})"
         extra = f", {self.activation}" if self.activation != "none" else ""
+        if self.bins:
+            extra = f", {self.bins} bins{extra}"
         if self.kind in ("scores", "logits", "sequence"):
             extra = f", axis {self.axis}{extra}"
         return f"{self.kind}{'(' + extra[2:] + ')' if extra else ''}"
@@ -155,6 +160,10 @@ def parse_declaration(text: str) -> tuple[str, OutputKind]:
             out.activation = value  # type: ignore[assignment]
         elif key == "blank":
             out.blank = _int(value, "blank")
+        elif key == "bins" and kind in REGRESSION_KINDS:
+            out.bins = _int(value, "bins")
+            if out.bins < 2:
+                raise InputValidationError(f"--output '{text}': bins must be 2 or more (the logits per distance).")
         elif kind == "packed":
             span, _, gkind = value.partition("/")
             lo, dash, hi = span.partition("-")
@@ -167,7 +176,8 @@ def parse_declaration(text: str) -> tuple[str, OutputKind]:
             out.groups.append(OutputGroup(key, _int(lo, "group start"), _int(hi, "group stop"), g_kind, act))  # type: ignore[arg-type]
         else:
             raise InputValidationError(f"--output '{text}': unknown option '{key}'.",
-                                       "Options: axis, activation, blank, and GROUP=START-STOP for packed outputs.")
+                                       "Options: axis, activation, blank, bins (boxes given as distributions), and GROUP=START-STOP "
+                                       "for packed outputs.")
     if kind == "packed" and not out.groups:
         raise InputValidationError(f"--output '{text}': a packed output needs its groups, e.g. boxes=0-4,scores=4-84.")
     if kind == "packed":
@@ -194,6 +204,9 @@ def check_fits(name: str, kind: OutputKind, shape: list[int]) -> None:
     rank = len(shape)
     if kind.kind in ("scores", "logits", "sequence", "packed") and not -rank <= kind.axis < rank:
         raise InputValidationError(f"Output '{name}' has rank {rank}; axis {kind.axis} is out of range.")
+    if kind.bins and (not rank or shape[-1] % kind.bins):
+        raise InputValidationError(f"Output '{name}' of shape {shape}: its last axis does not split into groups of "
+                                   f"{kind.bins} bins.", "bins is the number of logits per distance (e.g. 8 for PicoDet).")
     if kind.kind == "sequence" and rank < 2:
         raise InputValidationError(f"Output '{name}' of shape {shape} cannot be a sequence: it needs [..., T, C].")
     if kind.kind == "packed":
@@ -227,6 +240,14 @@ def activate(x: np.ndarray, activation: str, axis: int) -> np.ndarray:
     if activation == "softmax":
         return softmax(x, axis)
     return np.asarray(x, np.float64)
+
+
+def expected_bins(x: np.ndarray, bins: int) -> np.ndarray:
+    """GFL/DFL distributions -> distances: the last axis read as groups of ``bins`` logits, each
+    group's softmax expectation over 0..bins-1 (in bin units; the decoder multiplies by the stride)."""
+    a = np.asarray(x, np.float64)
+    g = a.reshape(*a.shape[:-1], a.shape[-1] // bins, bins)
+    return np.sum(softmax(g, -1) * np.arange(bins), axis=-1)
 
 
 def ctc_collapse(path: np.ndarray, blank: int | None) -> list[int]:

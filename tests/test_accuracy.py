@@ -200,6 +200,74 @@ def test_objectness_is_told_from_the_values_and_from_a_yolov5_head():
     assert declared["out"].label() == "packed(boxes 0:4, objectness 4:5, scores 5:85 @axis 2)"
 
 
+def _dfl(dist: np.ndarray, bins: int = 8, sharp: float = 4.0) -> np.ndarray:
+    """Logits of GFL/DFL distributions whose expectation is ``dist`` (bin units): two neighbouring
+    bins share the mass, as the training target does."""
+    lo = np.clip(np.floor(dist), 0, bins - 2).astype(int)
+    w = dist - lo
+    logits = np.full(dist.shape + (bins,), -sharp)
+    np.put_along_axis(logits, lo[..., None], np.log(np.maximum(1 - w, 1e-3))[..., None] + sharp, -1)
+    np.put_along_axis(logits, lo[..., None] + 1, np.log(np.maximum(w, 1e-3))[..., None] + sharp, -1)
+    return logits.reshape(*dist.shape[:-1], -1)
+
+
+def test_box_distributions_are_judged_by_the_distances_they_decode_to():
+    """PicoDet/NanoDet/raw YOLOv8 heads give each box side as 8-16 logits (GFL/DFL): the distance
+    is their softmax expectation. Recognised from the values (signed, the two likeliest bins
+    neighbours), and judged after decoding; BlazeFace's 16 offsets (4 x 4) are not read so."""
+    n = 600
+    dist = RNG.uniform(0.5, 6.5, (4, 1, n, 4))
+    reg = _dfl(dist)
+    scores = np.tile([0.98, 0.01, 0.01], (4, 1, n, 1))
+    scores[:, :, :20] = [0.05, 0.9, 0.05]
+    kinds = infer_kinds([TensorSpec("s", [1, n, 3], "float32"), TensorSpec("r", [1, n, 32], "float32")],
+                        [{"s": scores[i], "r": reg[i]} for i in range(4)], None)
+    assert kinds["r"].kind == "boxes" and kinds["r"].bins == 8 and kinds["r"].label() == "boxes(8 bins)"
+    offsets = RNG.normal(0, 40, (4, 1, n, 16))
+    k16 = infer_kinds([TensorSpec("s", [1, n, 3], "float32"), TensorSpec("r", [1, n, 16], "float32")],
+                      [{"s": scores[i], "r": offsets[i]} for i in range(4)], None)["r"]
+    assert k16.kind == "boxes" and not k16.bins
+    shuffled = reg.reshape(4, 1, n, 4, 8)[..., RNG.permutation(8)].reshape(4, 1, n, 32)  # bins out of order
+    assert not infer_kinds([TensorSpec("s", [1, n, 3], "float32"), TensorSpec("r", [1, n, 32], "float32")],
+                           [{"s": scores[i], "r": shuffled[i]} for i in range(4)], None)["r"].bins
+
+    # logits that move a lot where the distance barely does pass; a distance moved by 1.5 bins fails
+    calm = reg + RNG.normal(0, 0.05, reg.shape)
+    calm[..., ::8] -= 3.0  # the first bin of every side: from -4 to -7, probability ~0 either way
+    feed = lambda r: [{"s": scores[i], "r": r[i]} for i in range(4)]  # noqa: E731
+    out = compare(feed(reg), feed(calm), kinds, SPEC)
+    assert out["r"]["passed"], out["r"]["failures"]
+    assert "softmax expectation" in out["r"]["decoded"] and out["r"]["at_confident_positions"] == 80
+    # the softmax's background class (what 97% of anchors pick) is no class: 80 positives, not 2400
+    assert out["s"]["background_class"] == 0 and out["s"]["positives"] == [80, 80]
+    invented = scores.copy()
+    invented[:, :, 100:108] = [0.1, 0.1, 0.8]  # 32 detections the float model does not make
+    bad = compare(feed(reg), [{"s": invented[i], "r": calm[i]} for i in range(4)], kinds, SPEC)["s"]
+    assert not bad["passed"] and any("positives" in f for f in bad["failures"]), bad["failures"]
+    raw = compare(feed(reg), feed(calm), {**kinds, "r": dataclasses.replace(kinds["r"], bins=None)}, SPEC)
+    assert not raw["r"]["passed"]  # judged as raw logits, the calm change fails
+    moved = _dfl(np.where(np.arange(n)[None, None, :, None] < 20, np.clip(dist + 1.5, 0, 7), dist))
+    assert not compare(feed(reg), feed(moved), kinds, SPEC)["r"]["passed"]
+
+
+def test_boxes_beside_scores_confident_nowhere_are_not_judged():
+    """A detector level that fires on none of the held-back samples: its boxes are background
+    anchors nobody decodes (PicoDet's stride-8 level on page layouts); judging them all was the
+    whole-tensor mistake. The scores beside them are still judged."""
+    boxes = RNG.uniform(0, 200, (3, 50, 4))
+    logits = np.full((3, 50, 1), -8.0)
+    wild = boxes + RNG.normal(0, 60, boxes.shape)
+    kinds = {"b": OutputKind("boxes"), "s": OutputKind("logits", activation="sigmoid")}
+    out = compare([{"b": boxes[i], "s": logits[i]} for i in range(3)], [{"b": wild[i], "s": logits[i]} for i in range(3)],
+                  kinds, SPEC)
+    assert out["b"]["passed"] and out["b"]["at_confident_positions"] == 0 and "no position" in out["b"]["not_judged"]
+    fired = logits.copy()
+    fired[:, :4] = 3.0  # int8 invents detections there: the scores fail
+    out = compare([{"b": boxes[i], "s": logits[i]} for i in range(3)], [{"b": wild[i], "s": fired[i]} for i in range(3)],
+                  kinds, SPEC)
+    assert not out["s"]["passed"]
+
+
 # ----------------------------------------------------------------------------- other kinds
 def test_landmarks_get_no_top1_and_are_judged_relative_to_their_range():
     pts = RNG.uniform(40, 160, (6, 1, 63))
@@ -421,7 +489,7 @@ def test_declarations_parse_names_with_colons_and_packed_groups():
 
 @pytest.mark.parametrize("bad", ["nokind", "x:wat", "x:packed", "x:packed:boxes=4", "x:scores:axis=one", "x:packed:wat=0-4",
                                  "x:packed:boxes=0-4,obj=4-6,scores=6-9", "x:packed:boxes=0-4,obj=4-5",
-                                 "x:obj", "x:scores:color=red"])
+                                 "x:obj", "x:boxes:bins=1", "x:scores:bins=8", "x:scores:color=red"])
 def test_bad_declarations_are_clear_errors(bad):
     with pytest.raises(InputValidationError):
         parse_declaration(bad)

@@ -12,7 +12,8 @@ Order of evidence, strongest first:
    channel axis whose leading channels are coordinates and whose trailing ones stay in [0, 1]
    (a packed detector head; its first score channel is objectness when the class scores beside
    it stay high where it says nothing is, as YOLOv5/YOLOX's conditional class scores); spatial maps; mostly positive vectors of x,y(,z) (landmarks) vs
-   signed vectors (embeddings); per-anchor regressions beside per-anchor scores (boxes); a signed
+   signed vectors (embeddings); per-anchor regressions beside per-anchor scores (boxes), and among
+   them GFL/DFL distance distributions (4 x 8+ signed logits whose likeliest bins neighbour); a signed
    x, y, z vector with as many points as a landmarks output (3-D world landmarks).
 4. Otherwise ``tensor``: whole-tensor cosine and SQNR.
 
@@ -263,6 +264,37 @@ def _boxes_beside_scores(kinds: dict[str, OutputKind], shapes: dict[str, list[in
                 kind.reason += "; beside per-position scores: judged where the scores are confident"
 
 
+#: Fewest bins per distance read as a distribution (BlazeFace's 16 values = 4 x 4 are offsets).
+MIN_BINS = 8
+#: Share of (position, side) groups whose two likeliest bins are neighbours, for a distribution.
+ADJACENT_SHARE = 0.6
+
+
+def _bins_of(r: np.ndarray) -> int | None:
+    """GFL/DFL box distributions (PicoDet, NanoDet: 4 x 8 logits; raw YOLOv8: 4 x 16): signed
+    logits whose groups put their two likeliest bins next to each other (a distance between two
+    bins is trained as a two-bin target). Coordinates or offsets grouped so fall on neighbours by
+    chance (about 2 in ``bins``)."""
+    last = r.shape[-1]
+    if last % 4 or last // 4 < MIN_BINS or float(r.min()) >= 0:
+        return None
+    bins = last // 4
+    g = r.reshape(-1, bins)[: 200_000]
+    top2 = np.argsort(-g, axis=-1)[:, :2]
+    return bins if float(np.mean(np.abs(top2[:, 0] - top2[:, 1]) == 1)) >= ADJACENT_SHARE else None
+
+
+def _distributions(kinds: dict[str, OutputKind], refs: dict[str, np.ndarray]) -> None:
+    """Boxes given as distributions are judged by the distances they decode to, not by their logits."""
+    for name, kind in kinds.items():
+        if kind.kind == "boxes" and kind.source != "declared" and not kind.bins and refs.get(name) is not None:
+            bins = _bins_of(refs[name])
+            if bins:
+                kind.bins = bins
+                kind.reason += (f"; 4 x {bins} logits whose two likeliest bins are neighbours: distance distributions "
+                                "(GFL/DFL), judged by the distances they decode to")
+
+
 def _point_counts(length: int) -> set[int]:
     """How many points a landmarks vector of ``length`` values can hold (2 to 5 values each)."""
     return {length // d for d in (3, 2, 5, 4) if length % d == 0 and length >= 2 * d}
@@ -312,10 +344,13 @@ def infer_kinds(outputs: list[TensorSpec], reference: list[dict[str, np.ndarray]
                                    f"Outputs: {', '.join(names)}")
     kinds: dict[str, OutputKind] = {}
     shapes: dict[str, list[int]] = {}
+    refs: dict[str, np.ndarray] = {}
     for spec in outputs:
         r = np.stack([np.asarray(ref[spec.name]) for ref in reference]) if reference else np.zeros((0,))
         shape = list(r.shape[1:]) if r.ndim > 1 else list(spec.shape)
         shapes[spec.name] = shape
+        if r.size and np.issubdtype(r.dtype, np.floating):
+            refs[spec.name] = r
         kind = declared.get(spec.name)
         if kind is None and graph is not None:
             kind = from_graph(graph, spec.name, shape)
@@ -329,6 +364,10 @@ def infer_kinds(outputs: list[TensorSpec], reference: list[dict[str, np.ndarray]
             kind.blank = infer_blank(r, kind)
         kinds[spec.name] = kind
     _boxes_beside_scores(kinds, shapes)
+    _distributions(kinds, refs)
+    for name, kind in kinds.items():
+        if kind.bins:
+            check_fits(name, kind, shapes[name])
     _world_beside_landmarks(kinds, shapes)
     return kinds
 

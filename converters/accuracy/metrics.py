@@ -3,7 +3,9 @@
 Every output gets the whole-tensor figures (cosine, SQNR, max abs error) for the record, but is
 *judged* by the metrics of its kind (:mod:`edge_sdk.outputs`): top-1 and score error where the
 float model is confident, and F1 of the positives, for class scores (after the activation for
-logits); error relative to the float dynamic range for boxes, landmarks and regressions (only at
+logits; a dense softmax's background class, the one most anchors pick, is left out); error
+relative to the float dynamic range for boxes, landmarks and regressions (distance
+distributions after their softmax expectation; only at
 the positions where a detector's scores emit a detection, or else call confident, when it has such a companion); IoU of the
 thresholded maps for heatmaps and masks; cosine per sample for embeddings; step and whole
 sequence agreement for sequences. A packed output is judged group by group and the worst group
@@ -20,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from edge_sdk.outputs import MAP_KINDS, REGRESSION_KINDS, OutputKind, activate, ctc_collapse
+from edge_sdk.outputs import MAP_KINDS, REGRESSION_KINDS, OutputKind, activate, ctc_collapse, expected_bins
 from edge_sdk.profiles import AccuracySpec
 
 #: Above this many distinct float values, an int8 group with at most 2 values has collapsed.
@@ -94,10 +96,21 @@ def scores_metrics(r: np.ndarray, t: np.ndarray, axis: int, activation: str, spe
     p, q = _classes_last(activate(r, activation, ax), axis), _classes_last(activate(t, activation, ax), axis)
     positions, classes = p.shape
     dense = positions > samples
+    out: dict[str, Any] = {}
+    if dense and classes >= 2 and np.allclose(p.sum(axis=1), 1.0, atol=1e-3):
+        # A softmax over [background, classes] (SSD, UltraFace, RetinaFace): the class most
+        # anchors pick is "nothing here"; counted as a class, every anchor is a positive and
+        # the boxes are judged at background anchors. Judged on the object classes alone.
+        counts = np.bincount(p.argmax(axis=1), minlength=classes)
+        bg = int(np.argmax(counts))
+        if counts[bg] >= 0.5 * positions:
+            keep = np.arange(classes) != bg
+            p, q = p[:, keep], q[:, keep]
+            classes -= 1
+            out["background_class"] = bg
     best = p.max(axis=1)
     confident = best >= g.confidence if dense else np.ones(positions, bool)
-    out: dict[str, Any] = {"positions": positions // max(samples, 1), "classes": classes,
-                           "confident_positions": int(confident.sum())}
+    out.update(positions=positions // max(samples, 1), classes=classes, confident_positions=int(confident.sum()))
     fails: list[str] = []
     if confident.any():
         top = p[confident].argmax(axis=1)
@@ -146,7 +159,13 @@ def regression_metrics(r: np.ndarray, t: np.ndarray, axis: int, spec: AccuracySp
     span = float(np.ptp(r)) or max(float(np.max(np.abs(r))), 1e-12)
     rr, tt = _classes_last(r, axis), _classes_last(t, axis)
     out: dict[str, Any] = {"range": _r(span)}
-    if mask is not None and mask.shape[0] == rr.shape[0] and mask.any():
+    if mask is not None and mask.shape[0] == rr.shape[0]:
+        if not mask.any():
+            # Its scores are confident nowhere in the held-back samples (a detector level that
+            # fired on none of them): nothing reads these values there, and judging background
+            # anchors is the whole-tensor mistake again. The scores themselves are still judged.
+            out.update(at_confident_positions=0, not_judged="its scores are confident at no position of the held-back samples")
+            return out, []
         rr, tt = rr[mask], tt[mask]
         out["at_confident_positions"] = int(mask.sum())
     err = np.abs(rr - tt) / span
@@ -275,7 +294,11 @@ def judge_part(r: np.ndarray, t: np.ndarray, kind: str, axis: int, activation: s
         act = activation if activation != "none" or kind == "scores" else ("sigmoid" if r.shape[axis] == 1 else "softmax")
         figures, f, conf = scores_metrics(r, t, axis, act, spec, samples)
     elif kind in REGRESSION_KINDS:
+        if okind.bins and okind.kind in REGRESSION_KINDS:  # distributions: judged as the distances they decode to
+            r, t = expected_bins(r, okind.bins), expected_bins(t, okind.bins)
         figures, f = regression_metrics(r, t, axis, spec, mask)
+        if okind.bins and okind.kind in REGRESSION_KINDS:
+            figures["decoded"] = f"softmax expectation over {okind.bins} bins"
     elif kind in MAP_KINDS:
         figures, f = map_metrics(r, t, activation, spec, per_frame=kind == "mask")
     elif kind == "embedding":
@@ -367,6 +390,8 @@ def one_line(name: str, m: dict[str, Any]) -> str:
     if "groups" in m:
         return "; ".join(one_line(f"{name}/{g}", gm) for g, gm in m["groups"].items())
     shown = [f"{k.replace('_', ' ')} {m[k]}" for k in keys if k in m]
+    if m.get("not_judged"):
+        shown.append(f"not judged: {m['not_judged']}")
     if not shown or m.get("kind") == "tensor":
         shown = [f"cosine {m['cosine']}", f"SQNR {m['sqnr_db']} dB"] + shown
     if m.get("collapsed"):
