@@ -396,10 +396,13 @@ def _read(calib, inputs, shapes, preprocess, count, streams):
     elif path.suffix.lower() == ".npz":
         arrays, kind = _load_array_file(path), "npz"
     elif path.suffix.lower() == ".npy":
-        if len(inputs) != 1:
-            raise CalibrationError(f"A single .npy file can feed one input; the model has {[s.name for s in inputs]}.",
+        # A stream's state inputs start at zeros: a .npy can feed the one input that is left.
+        fed = [s for s in inputs if s.name not in {inp for _, inp in streams}]
+        if len(fed) != 1:
+            raise CalibrationError(f"A single .npy file can feed one input; the model has {[s.name for s in fed]}"
+                                   + (" besides its stream state" if len(fed) < len(inputs) else "") + ".",
                                    "Use a .npz with one array per input name.")
-        arrays, kind = {inputs[0].name: _load_array_file(path)}, "npy"
+        arrays, kind = {fed[0].name: _load_array_file(path)}, "npy"
     else:
         raise CalibrationError(f"Unsupported calibration data {path}.",
                                "Pass a folder of images, a .npy or a .npz file, or a folder of per-sample .npz files.")

@@ -130,3 +130,22 @@ def test_bad_calibration_is_one_clear_error(tmp_path, case, match):
     with pytest.raises(CalibrationError, match=match) as err:
         load_calibration(data, inputs, shapes, holdout_fraction=0.2)
     assert err.value.message and "Traceback" not in str(err.value)
+
+
+def test_a_single_npy_feeds_a_streams_one_stepped_input(tmp_path):
+    """With --stream stateN:state the state starts at zeros, so a .npy of [N, T, 576] chunks feeds
+    the one input left (Silero VAD's OpenVINO export: input [1, 576], state [2, 1, 128]); it was
+    refused as 'the model has [input, state]'. Two stepped inputs still need a .npz."""
+    inputs = [TensorSpec("input", [1, 576], "float32"), TensorSpec("state", [2, 1, 128], "float32")]
+    shapes = {"input": [1, 576], "state": [2, 1, 128]}
+    path = tmp_path / "chunks.npy"
+    np.save(path, np.random.default_rng(0).normal(0, 0.1, (10, 6, 576)).astype(np.float32))
+    cs = load_calibration(str(path), inputs, shapes, holdout_fraction=0.2, streams=[("stateN", "state")])
+    assert len(cs.calib_sequences) == 8 and len(cs.holdout_sequences) == 2
+    first = cs.calib_sequences[0]
+    assert len(first) == 6 and first[0]["input"].shape == (1, 576)
+    with pytest.raises(CalibrationError, match="besides its stream state"):
+        load_calibration(str(path), inputs + [TensorSpec("aux", [1, 4], "float32")], {**shapes, "aux": [1, 4]},
+                         holdout_fraction=0.2, streams=[("stateN", "state")])
+    with pytest.raises(CalibrationError, match="can feed one input"):
+        load_calibration(str(path), inputs, shapes, holdout_fraction=0.2)

@@ -327,3 +327,31 @@ def wake_features(n: int, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     starts = rng.integers(0, len(e) - 16, n)
     return np.stack([e[s:s + 16] for s in starts]).astype(np.float32)
+
+
+def captcha_scenes(n: int, seed: int = 0, size: int = 416) -> np.ndarray:
+    """ddddocr's click-captcha detector input: square crops of the bundled photos with 0-5 capital
+    letters (Pillow's font, 30-70 px, random colours, a contrasting outline) at random places.
+
+    Returns:
+        ``[n, 3, size, size]`` float32 BGR in 0..255 (ddddocr feeds OpenCV's image unscaled).
+    """
+    Image, ImageDraw, _, ImageFont = _pil()
+    rng = np.random.default_rng(seed)
+    photos = [Image.open(fetch(p)).convert("RGB") for p in ("astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg",
+                                                             "motorcycle_left.png")]
+    out = np.empty((n, 3, size, size), np.float32)
+    for i in range(n):
+        bg = photos[int(rng.integers(len(photos)))]
+        s = int(rng.uniform(0.4, 1.0) * min(bg.size))
+        x0, y0 = int(rng.integers(0, bg.size[0] - s + 1)), int(rng.integers(0, bg.size[1] - s + 1))
+        im = bg.crop((x0, y0, x0 + s, y0 + s)).resize((size, size))
+        draw = ImageDraw.Draw(im)
+        for _ in range(int(rng.integers(0, 6))):
+            font = ImageFont.load_default(size=int(rng.integers(30, 70)))
+            colour = tuple(int(v) for v in rng.integers(0, 256, 3))
+            cx, cy = (int(v) for v in rng.integers(10, size - 80, 2))
+            draw.text((cx, cy), chr(int(rng.integers(65, 91))), font=font, fill=colour, stroke_width=2,
+                      stroke_fill=tuple(255 - c for c in colour))
+        out[i] = np.asarray(im, np.float32)[:, :, ::-1].transpose(2, 0, 1)
+    return out

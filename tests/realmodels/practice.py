@@ -51,6 +51,7 @@ _MP = ("mediapipe", "0.10.14")
 _OCR = ("rapidocr-onnxruntime", "1.4.4")
 _OWW = ("openwakeword", "0.5.1")
 _SKI = ("scikit-image", "0.26.0")
+_DDD = ("ddddocr", "1.6.1")
 #: OpenCV 4.6's documentation in Debian bookworm: its tutorials' photos of hands.
 _OCV = ("pool/main/o/opencv/opencv-doc_4.6.0+dfsg-12_all.deb", "4.6.0+dfsg-12")
 _OCV_HTML = "./usr/share/doc/opencv-doc/opencv4/html/"
@@ -84,6 +85,9 @@ MEMBERS: dict[str, Member] = {
                                     "9ba9dd3d42efaaba86b4ff0122b06f29c4122e756b329d89dca1e297fd8f866c"),
     "palm_detection_full.tflite": Member(*_MP, "mediapipe/modules/palm_detection/palm_detection_full.tflite",
                                          "1b14e9422c6ad006cde6581a46c8b90dd573c07ab7f3934b5589e7cea3f89a54"),
+    # A YOLOX detector (boxes, objectness, one class score in one [1, 3549, 6] output): click-captcha characters.
+    "common_det.onnx": Member(*_DDD, "ddddocr/common_det.onnx",
+                              "6faa8ea85a8c1a634e5050c4a138fca10f30194e0d7abbe9ade1fcd423af6ed6"),
     "hey_jarvis_v0.1.onnx": Member(*_OWW, "openwakeword/resources/models/hey_jarvis_v0.1.onnx",
                                    "94a13cfe60075b132f6a472e7e462e8123ee70861bc3fb58434a73712ee0d2cb"),
     "hey_jarvis_v0.1.tflite": Member(*_OWW, "openwakeword/resources/models/hey_jarvis_v0.1.tflite",

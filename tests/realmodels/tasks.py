@@ -113,6 +113,37 @@ def ssd_task(boxes: str, scores: str, size: int, strides, interp: float = 1.0):
     return task
 
 
+def decode_yolox(row: np.ndarray, size: int = 416, strides=(8, 16, 32), thr: float = 0.3):
+    """YOLOX rows (x, y offsets in cells, log w, h, objectness, class scores): grid decode, score
+    objectness x best class, greedy NMS at IoU 0.45 (ddddocr's own post-processing, its threshold)."""
+    grids, steps = [], []
+    for st in strides:
+        k = size // st
+        yy, xx = np.meshgrid(np.arange(k), np.arange(k), indexing="ij")
+        grids.append(np.stack([xx.ravel(), yy.ravel()], 1))
+        steps.append(np.full((k * k, 1), st))
+    g, st = np.concatenate(grids), np.concatenate(steps)
+    r = np.asarray(row, np.float64).reshape(len(g), -1)
+    xy, wh = (r[:, :2] + g) * st, np.exp(np.clip(r[:, 2:4], -10, 10)) * st
+    b = np.concatenate([xy - wh / 2, xy + wh / 2], 1) / size
+    scores = r[:, 4] * r[:, 5:].max(axis=1)
+    keep = np.where(scores >= thr)[0]
+    keep = keep[np.argsort(-scores[keep])]
+    picked: list[int] = []
+    for k in keep:
+        if all(iou(b[k], b[j]) < 0.45 for j in picked):
+            picked.append(int(k))
+    return b[picked], scores[picked]
+
+
+def yolox_task(output: str = "output", size: int = 416):
+    """Detections of a YOLOX head (:func:`decode_yolox`), float against int8 (:func:`detection_check`)."""
+    def task(ref_outs: list[dict], test_outs: list[dict]) -> TaskResult:
+        dec = lambda o: decode_yolox(o[output], size)  # noqa: E731
+        return detection_check([dec(o) for o in ref_outs], [dec(o) for o in test_outs])
+    return task
+
+
 def truth_f1(dets: list[tuple], masks: list) -> tuple[float, int, int, int]:
     """Detections against the truth: an image with a hand counts one hit when a detection's centre
     lies on the pasted hand photo (its mask; the hand fills most of it), a miss when none does;

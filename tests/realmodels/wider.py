@@ -56,6 +56,10 @@ CASES = [
            "MediaPipe hand landmarks (full): 21 image points, the same points in metric 3-D world coordinates, "
            "hand presence and handedness; photos of real hands pasted on photos (not aligned as MediaPipe's palm "
            "detector crops them)"),
+    M.Case("ddddocr_detector", "common_det.onnx", "images", lambda n, s: D.captcha_scenes(n, s), lambda: T.yolox_task(),
+           "ddddocr's click-captcha detector: YOLOX, raw box regressors, objectness and one conditional class score "
+           "(~0.9 at every anchor) in one [1, 3549, 6] output; photos with rendered capital letters",
+           n_calib=60, n_val=30),
     M.Case("hey_jarvis", "hey_jarvis_v0.1.onnx", "x.1", D.wake_features, lambda: T.wake_task,
            "openWakeWord hey_jarvis: a score, then If(score >= 0.5) a verifier head; embeddings of speech-like "
            "audio (no wake word: the verifier branch is never taken)"),
