@@ -129,3 +129,16 @@ def test_a_two_stage_classifier_converts_where_its_data_allows(results):
     # form (made for the ONNX profiles) is read instead, and converts as the ONNX source does.
     tfl = {(r["profile"], r["format"]): r for r in results["hey_jarvis_tflite"]["rows"]}[("intel-cpu", "openvino-ir")]
     assert tfl["status"] == "published" and tfl["route"].startswith("tflite -> static ONNX"), tfl
+
+
+def test_a_yolox_head_is_judged_with_its_objectness(results):
+    """ddddocr's YOLOX detector: its one class score sits near 0.9 at every anchor (conditional on
+    objectness). Read as plain scores, the gate called every anchor a detection and judged boxes at
+    background anchors: it passed artifacts that invented detections (decoded F1 0.88) and failed
+    one at 0.976. Read with its objectness, every CPU profile publishes with the baseline or the
+    first calibration alternative, and the task agrees (test_every_published_artifact_does_its_task)."""
+    res = results["ddddocr_detector"]
+    assert any("objectness 4:5" in k["kind"] for k in res["kinds"]), res["kinds"]
+    published = {(r["profile"], r["format"]) for r in res["rows"] if r["status"] == "published"}
+    for want in (("intel-cpu", "openvino-ir"), ("jetson-orin", "onnx-qdq"), ("arm-cpu", "tflite-int8"), ("arm-cpu", "onnx-qdq")):
+        assert want in published, (want, res["rows"])
