@@ -281,11 +281,18 @@ def summarize_output(name: str, arr: np.ndarray, kind: OutputKind | None, top_k:
         info.update(min=float(a.min()), max=float(a.max()), mean=float(a.astype(np.float64).mean()))
     if k.kind == "packed":
         info["groups"] = []
+        obj = next((g for g in k.groups if g.kind == "objectness"), None)
         for g in k.groups:
             part = np.take(a, range(g.start, g.stop), axis=k.axis)
             sub = OutputKind(kind="scores" if g.kind == "objectness" else g.kind, axis=k.axis,  # type: ignore[arg-type]
                              activation=g.activation)
-            info["groups"].append(summarize_output(g.name, part, sub, top_k, labels))
+            name = g.name
+            if obj is not None and g.kind in ("scores", "logits"):
+                # conditional class scores: what the head thresholds is objectness x class score
+                part = (activate(part, g.activation, k.axis)
+                        * np.take(a, range(obj.start, obj.stop), axis=k.axis)).astype(part.dtype)
+                sub, name = OutputKind(kind="scores", axis=k.axis), f"{g.name} x {obj.name}"
+            info["groups"].append(summarize_output(name, part, sub, top_k, labels))
         return info
     if k.kind in ("scores", "logits") and a.size:
         p = activate(a, k.activation, k.axis)

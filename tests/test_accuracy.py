@@ -19,7 +19,7 @@ from edge_sdk.converters.base import SourceModel
 from edge_sdk.converters.heads import postprocess
 from edge_sdk.errors import ConversionError, InputValidationError
 from edge_sdk.manifest import TensorSpec
-from edge_sdk.outputs import OutputGroup, OutputKind, ctc_collapse, parse_declaration
+from edge_sdk.outputs import OutputGroup, OutputKind, ctc_collapse, parse_declaration, summarize_output
 from edge_sdk.profiles import AccuracySpec, builtin_profiles
 
 SPEC = AccuracySpec(min_cosine=0.98, min_sqnr_db=15.0, min_top1_agreement=0.9)
@@ -169,6 +169,18 @@ def test_objectness_heads_are_judged_by_objectness_times_class_score():
     bad = evaluate_output(ref, list(invented), kind, SPEC)
     assert not bad["passed"] and any(f.startswith("scores: positives") for f in bad["failures"]), bad["failures"]
     assert evaluate_output(ref, list(invented), flat, SPEC)["groups"]["scores"]["passed"]  # 16 among ~2400 'positives'
+
+
+def test_run_prints_conditional_class_scores_times_objectness():
+    """``edge-sdk run`` on a YOLOX artifact said '1699 of 3549 positions score >= 0.5' for the class
+    scores; what the head thresholds is objectness x class score (7 positions there)."""
+    rows = _yolox_rows(samples=1)[0]
+    kind = OutputKind("packed", axis=-1, groups=[OutputGroup("boxes", 0, 4, "boxes"), OutputGroup("objectness", 4, 5, "objectness"),
+                                                  OutputGroup("scores", 5, 6, "scores")])
+    groups = {g["name"]: g for g in summarize_output("output", rows, kind)["groups"]}
+    assert groups["objectness"]["above_0.5"] == 8 and groups["scores x objectness"]["above_0.5"] == 8
+    assert summarize_output("output", rows, OutputKind("packed", axis=-1, groups=[
+        OutputGroup("boxes", 0, 4, "boxes"), OutputGroup("scores", 4, 6, "scores")]))["groups"][1]["above_0.5"] == 600
 
 
 def test_objectness_is_told_from_the_values_and_from_a_yolov5_head():
