@@ -16,7 +16,6 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -28,6 +27,7 @@ from .base import ConvertJob, FormatResult, cpu_seconds, reuse
 from .console import quiet
 from .targets import TENSORRT_OPTIONS
 from .tflite_native import RANGE_METHODS, RangeStats
+from .sources import name_nodes
 
 MODEL_FILE = "model.onnx"
 #: Lowest opset for per-channel QDQ (DequantizeLinear ``axis``).
@@ -145,27 +145,6 @@ def _tensorrt(job: ConvertJob, result: FormatResult) -> None:
     result.tools[TENSORRT_OPTIONS] = trt.__version__
 
 
-def _name_nodes(model) -> tuple[Any, int] | None:
-    """Give every unnamed node a unique name (``<op type>_<n>``), or None when all have one.
-
-    ONNX Runtime excludes nodes from quantization by name: an unnamed node could only be kept float
-    with every other unnamed one (selfie segmentation's decomposed hard-swish: 22 such nodes, which
-    recovery's ranking offered as one layer called '')."""
-    nodes = list(model.graph.node)
-    taken = {n.name for n in nodes if n.name}
-    count = 0
-    for n in nodes:
-        if n.name:
-            continue
-        k = 0
-        while f"{n.op_type}_{k}" in taken:
-            k += 1
-        n.name = f"{n.op_type}_{k}"
-        taken.add(n.name)
-        count += 1
-    return (model, count) if count else None
-
-
 def _prepped(job: ConvertJob) -> tuple[Path, int, int]:
     """The opset-upgraded, pre-processed float model quantization starts from (made once per job cache)."""
     if "qdq_prepped" in job.cache:
@@ -188,10 +167,14 @@ def _prepped(job: ConvertJob) -> tuple[Path, int, int]:
             quant_pre_process(str(upgraded), str(prepped), skip_symbolic_shape=True)
         except Exception:  # noqa: BLE001
             shutil.copy2(upgraded, prepped)
-    named = _name_nodes(onnx.load(str(prepped)))
+    # ONNX Runtime keeps nodes float by name: an unnamed node could only be kept float with every
+    # other unnamed one (selfie segmentation's decomposed hard-swish: 22 such nodes, offered by
+    # recovery's ranking as one layer called '').
+    model = onnx.load(str(prepped))
+    named = name_nodes(model)
     if named:
-        onnx.save(named[0], str(prepped))
-        job.log(f"{named[1]} unnamed node(s) named after their op type, so recovery and reports can name them")
+        onnx.save(model, str(prepped))
+        job.log(f"{named} unnamed node(s) named after their op type, so recovery and reports can name them")
     job.cache["qdq_prepped"] = (prepped, opset_from, opset_to)
     return job.cache["qdq_prepped"]
 

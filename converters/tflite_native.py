@@ -385,27 +385,25 @@ class _Editor:
         self.sg.tensors.append(t)
         return len(self.sg.tensors) - 1
 
-    def const_float(self, value: float, like: int, suffix: str) -> int:
-        """A new float32 scalar constant (shape [1]) named after tensor ``like``."""
+    def _scalar(self, value: float, name: str) -> int:
+        """A new float32 constant of shape [1]."""
         buf = self.schema.BufferT()
         buf.data = np.frombuffer(np.asarray([value], np.float32).tobytes(), np.uint8)
         self.m.buffers.append(buf)
         t = self.schema.TensorT()
-        base = self.sg.tensors[like].name
-        t.name = f"{base.decode() if isinstance(base, bytes) else base}/{suffix}"
-        t.shape, t.type, t.buffer = [1], self.schema.TensorType.FLOAT32, len(self.m.buffers) - 1
+        t.shape, t.type, t.name, t.buffer = [1], self.schema.TensorType.FLOAT32, name, len(self.m.buffers) - 1
         self.sg.tensors.append(t)
         return len(self.sg.tensors) - 1
 
+    def const_float(self, value: float, like: int, suffix: str) -> int:
+        """A new float32 scalar constant (shape [1]) named after tensor ``like``."""
+        base = self.sg.tensors[like].name
+        return self._scalar(value, f"{base.decode() if isinstance(base, bytes) else base}/{suffix}")
+
     def one(self) -> int:
+        """The constant 1.0, made once per edit."""
         if self._one is None:
-            buf = self.schema.BufferT()
-            buf.data = np.frombuffer(np.ones(1, np.float32).tobytes(), np.uint8)
-            self.m.buffers.append(buf)
-            t = self.schema.TensorT()
-            t.shape, t.type, t.name, t.buffer = [1], self.schema.TensorType.FLOAT32, "rewrite_one", len(self.m.buffers) - 1
-            self.sg.tensors.append(t)
-            self._one = len(self.sg.tensors) - 1
+            self._one = self._scalar(1.0, "rewrite_one")
         return self._one
 
     def op(self, name: str, inputs: list[int], outputs: list[int], options: str | None) -> Any:

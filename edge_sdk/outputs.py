@@ -242,6 +242,19 @@ def activate(x: np.ndarray, activation: str, axis: int) -> np.ndarray:
     return np.asarray(x, np.float64)
 
 
+def times_objectness(a: np.ndarray, kind: OutputKind, group: OutputGroup, axis: int) -> np.ndarray | None:
+    """A packed output's class-score ``group`` as its head thresholds it: activated (logits by a
+    sigmoid unless told otherwise) and multiplied by the objectness channel beside it (YOLOv5,
+    YOLOX: the class scores are conditional on it). None when the output has no objectness group.
+    ``axis`` is the channel axis of ``a`` (the kind's axis, shifted when ``a`` stacks samples)."""
+    obj = next((g for g in kind.groups if g.kind == "objectness"), None)
+    if obj is None or group.kind not in ("scores", "logits"):
+        return None
+    act = "sigmoid" if group.kind == "logits" and group.activation == "none" else group.activation
+    scores = activate(np.take(a, range(group.start, group.stop), axis=axis), act, axis)
+    return scores * activate(np.take(a, range(obj.start, obj.stop), axis=axis), obj.activation, axis)
+
+
 def expected_bins(x: np.ndarray, bins: int) -> np.ndarray:
     """GFL/DFL distributions -> distances: the last axis read as groups of ``bins`` logits, each
     group's softmax expectation over 0..bins-1 (in bin units; the decoder multiplies by the stride)."""
@@ -281,17 +294,13 @@ def summarize_output(name: str, arr: np.ndarray, kind: OutputKind | None, top_k:
         info.update(min=float(a.min()), max=float(a.max()), mean=float(a.astype(np.float64).mean()))
     if k.kind == "packed":
         info["groups"] = []
-        obj = next((g for g in k.groups if g.kind == "objectness"), None)
         for g in k.groups:
             part = np.take(a, range(g.start, g.stop), axis=k.axis)
             sub = OutputKind(kind="scores" if g.kind == "objectness" else g.kind, axis=k.axis,  # type: ignore[arg-type]
                              activation=g.activation)
-            name = g.name
-            if obj is not None and g.kind in ("scores", "logits"):
-                # conditional class scores: what the head thresholds is objectness x class score
-                part = (activate(part, g.activation, k.axis)
-                        * np.take(a, range(obj.start, obj.stop), axis=k.axis)).astype(part.dtype)
-                sub, name = OutputKind(kind="scores", axis=k.axis), f"{g.name} x {obj.name}"
+            name, product = g.name, times_objectness(a, k, g, k.axis)
+            if product is not None:  # conditional class scores: printed as the head thresholds them
+                part, sub, name = product.astype(part.dtype), OutputKind(kind="scores", axis=k.axis), f"{g.name} x objectness"
             info["groups"].append(summarize_output(name, part, sub, top_k, labels))
         return info
     if k.kind in ("scores", "logits") and a.size:

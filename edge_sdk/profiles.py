@@ -94,8 +94,7 @@ class QuantizationSpec:
         """``per-channel``, ``per-tensor``, or ``per-channel convolutions, per-tensor dense layers``."""
         if self.dense == self.weights:
             return self.weights
-        conv = "per-channel" if self.weights == "per-channel" else "per-tensor"
-        return f"{conv} convolutions, {self.dense} dense layers"
+        return f"{self.weights} convolutions, {self.dense} dense layers"
 
 
 @dataclass(frozen=True)

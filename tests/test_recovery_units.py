@@ -589,13 +589,14 @@ def test_unnamed_onnx_nodes_get_unique_names_recovery_can_exclude():
     after their op type, never reusing a name the graph has."""
     from onnx import TensorProto, helper
 
-    from edge_sdk.converters.onnx_qdq import _name_nodes
+    from edge_sdk.converters.sources import name_nodes
 
     vi = helper.make_tensor_value_info
     g = helper.make_graph([helper.make_node("HardSigmoid", ["x"], ["a"]), helper.make_node("Mul", ["x", "a"], ["b"], name="Mul_0"),
                            helper.make_node("Mul", ["b", "a"], ["c"])], "g",
                           [vi("x", TensorProto.FLOAT, [1, 4])], [vi("c", TensorProto.FLOAT, [1, 4])])
-    model, count = _name_nodes(helper.make_model(g))
+    model = helper.make_model(g)
+    count = name_nodes(model)
     names = [n.name for n in model.graph.node]
-    assert count == 2 and names == ["HardSigmoid_0", "Mul_0", "Mul_1"]
-    assert _name_nodes(model) is None
+    assert count == 2 and names == ["HardSigmoid_0", "Mul_0", "Mul_2"]
+    assert name_nodes(model) == 0

@@ -22,18 +22,14 @@ SHAPE = (1, 16, 16, 3)
 @pytest.fixture(scope="module")
 def skip_tflite(tmp_path_factory):
     """conv1 -> conv2 -> conv3 -> concat(conv3, conv1) -> head: the head reads conv1's output."""
-    import tensorflow as tf
+    def build(tf, L, inp):
+        c1 = L.Conv2D(8, 3, padding="same", activation="relu")(inp)
+        c2 = L.Conv2D(8, 3, padding="same", activation="relu")(c1)
+        c3 = L.Conv2D(8, 3, padding="same", activation="relu")(c2)
+        return L.Conv2D(4, 1, name="head")(L.Concatenate()([c3, c1]))
 
-    tf.keras.utils.set_random_seed(5)
-    L = tf.keras.layers
-    inp = tf.keras.Input(shape=SHAPE[1:], batch_size=1, name="image")
-    c1 = L.Conv2D(8, 3, padding="same", activation="relu")(inp)
-    c2 = L.Conv2D(8, 3, padding="same", activation="relu")(c1)
-    c3 = L.Conv2D(8, 3, padding="same", activation="relu")(c2)
-    cat = L.Concatenate()([c3, c1])
-    out = L.Conv2D(4, 1, name="head")(cat)
     path = tmp_path_factory.mktemp("skip") / "skip.tflite"
-    path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(tf.keras.Model(inp, out)).convert())
+    path.write_bytes(tm.keras_tflite(build, SHAPE, seed=5))
     return path
 
 

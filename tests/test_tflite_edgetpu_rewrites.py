@@ -35,17 +35,14 @@ def _ops(model: bytes) -> list[str]:
 def clamp_tflite(tmp_path_factory):
     """conv(ReLU) -> min(., 1) -> leaky -> conv, with the MINIMUM turned into RELU_0_TO_1 (the same
     function on a non-negative input: the op TensorFlow writes for a hard sigmoid's clamp)."""
-    import tensorflow as tf
+    def build(tf, L, inp):
+        x = L.Conv2D(8, 3, padding="same")(inp)
+        x = L.Lambda(lambda t: tf.minimum(tf.maximum(t, 0.0), 1.0))(x)
+        x = L.Conv2D(8, 3, padding="same")(x)
+        x = L.LeakyReLU(negative_slope=0.2)(x)
+        return L.Conv2D(4, 1, name="head")(x)
 
-    tf.keras.utils.set_random_seed(7)
-    L = tf.keras.layers
-    inp = tf.keras.Input(shape=SHAPE[1:], batch_size=1, name="image")
-    x = L.Conv2D(8, 3, padding="same")(inp)
-    x = L.Lambda(lambda t: tf.minimum(tf.maximum(t, 0.0), 1.0))(x)
-    x = L.Conv2D(8, 3, padding="same")(x)
-    x = L.LeakyReLU(negative_slope=0.2)(x)
-    out = L.Conv2D(4, 1, name="head")(x)
-    model = tf.lite.TFLiteConverter.from_keras_model(tf.keras.Model(inp, out)).convert()
+    model = tm.keras_tflite(build, SHAPE, seed=7)
     schema, m = _load(model)
     names, sg = _op_names(schema, m), m.subgraphs[0]
     edit = _Editor(schema, m, sg)

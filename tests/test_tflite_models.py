@@ -146,6 +146,19 @@ def onnx_job(path: Path, profile: str, tmp: Path, hw: int = 16):
                     [TensorSpec("probs", [-1, NUM_CLASSES], "float32")], {"input": shape}, tmp)
 
 
+def keras_tflite(build, shape, seed: int, adjust=None) -> bytes:
+    """A float TFLite of a small Keras network built by code: ``build(tf, layers, image)`` returns
+    its output for the batch-1 input ``image`` of ``shape``; ``adjust(model)`` may set weights first."""
+    import tensorflow as tf
+
+    tf.keras.utils.set_random_seed(seed)
+    image = tf.keras.Input(shape=tuple(shape[1:]), batch_size=1, name="image")
+    model = tf.keras.Model(image, build(tf, tf.keras.layers, image))
+    if adjust is not None:
+        adjust(model)
+    return tf.lite.TFLiteConverter.from_keras_model(model).convert()
+
+
 def run_tflite(model: Path | bytes, feed: np.ndarray) -> np.ndarray:
     """Run a one-input TFLite model (a file or its bytes) in LiteRT on a float feed; (de)quantizes integer I/O."""
     from ai_edge_litert.interpreter import Interpreter

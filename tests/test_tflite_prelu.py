@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import test_tflite_models as tm
+
 from edge_sdk.converters.tflite_native import decompose_prelu, quantize_float_tflite
 from edge_sdk.bench.ops import not_delegated
 
@@ -19,24 +21,22 @@ SHAPE = (1, 24, 24, 3)
 
 @pytest.fixture(scope="module")
 def prelu_tflite(tmp_path_factory):
-    import tensorflow as tf
+    def build(tf, L, inp):
+        x = L.Conv2D(16, 3, padding="same")(inp)
+        x = L.PReLU(shared_axes=[1, 2])(x)
+        y = L.DepthwiseConv2D(3, padding="same")(x)
+        x = L.Add()([x, y])
+        x = L.PReLU(shared_axes=[1, 2])(x)
+        x = L.Conv2D(8, 3, strides=2, padding="same")(x)
+        return L.PReLU(shared_axes=[1, 2], name="head")(x)
 
-    tf.keras.utils.set_random_seed(3)
-    L = tf.keras.layers
-    inp = tf.keras.Input(shape=SHAPE[1:], batch_size=1, name="image")
-    x = L.Conv2D(16, 3, padding="same")(inp)
-    x = L.PReLU(shared_axes=[1, 2])(x)
-    y = L.DepthwiseConv2D(3, padding="same")(x)
-    x = L.Add()([x, y])
-    x = L.PReLU(shared_axes=[1, 2])(x)
-    x = L.Conv2D(8, 3, strides=2, padding="same")(x)
-    out = L.PReLU(shared_axes=[1, 2], name="head")(x)
-    model = tf.keras.Model(inp, out)
-    for layer in model.layers:  # negative slopes that matter (Keras initialises alpha to 0)
-        if isinstance(layer, L.PReLU):
-            layer.set_weights([np.random.default_rng(1).uniform(0.05, 0.4, layer.get_weights()[0].shape)])
+    def slopes(model):  # negative slopes that matter (Keras initialises alpha to 0)
+        for layer in model.layers:
+            if type(layer).__name__ == "PReLU":
+                layer.set_weights([np.random.default_rng(1).uniform(0.05, 0.4, layer.get_weights()[0].shape)])
+
     path = tmp_path_factory.mktemp("prelu") / "prelu.tflite"
-    path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(model).convert())
+    path.write_bytes(tm.keras_tflite(build, SHAPE, seed=3, adjust=slopes))
     return path
 
 

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from edge_sdk.outputs import MAP_KINDS, REGRESSION_KINDS, OutputKind, activate, ctc_collapse, expected_bins
+from edge_sdk.outputs import (MAP_KINDS, REGRESSION_KINDS, OutputKind, activate, ctc_collapse, expected_bins,
+                              times_objectness)
 from edge_sdk.profiles import AccuracySpec
 
 #: Above this many distinct float values, an int8 group with at most 2 values has collapsed.
@@ -294,11 +295,12 @@ def judge_part(r: np.ndarray, t: np.ndarray, kind: str, axis: int, activation: s
         act = activation if activation != "none" or kind == "scores" else ("sigmoid" if r.shape[axis] == 1 else "softmax")
         figures, f, conf = scores_metrics(r, t, axis, act, spec, samples)
     elif kind in REGRESSION_KINDS:
-        if okind.bins and okind.kind in REGRESSION_KINDS:  # distributions: judged as the distances they decode to
-            r, t = expected_bins(r, okind.bins), expected_bins(t, okind.bins)
+        bins = okind.bins if okind.kind in REGRESSION_KINDS else None
+        if bins:  # distributions: judged as the distances they decode to
+            r, t = expected_bins(r, bins), expected_bins(t, bins)
         figures, f = regression_metrics(r, t, axis, spec, mask)
-        if okind.bins and okind.kind in REGRESSION_KINDS:
-            figures["decoded"] = f"softmax expectation over {okind.bins} bins"
+        if bins:
+            figures["decoded"] = f"softmax expectation over {bins} bins"
     elif kind in MAP_KINDS:
         figures, f = map_metrics(r, t, activation, spec, per_frame=kind == "mask")
     elif kind == "embedding":
@@ -346,7 +348,6 @@ def evaluate_output(ref: list[np.ndarray], test: list[np.ndarray], kind: OutputK
     groups: dict[str, Any] = {}
     fails: list[str] = []
     conf_mask = None
-    obj = next((g for g in kind.groups if g.kind == "objectness"), None)
     # Scores first (they give the boxes their mask), then objectness, then the regressions.
     ordered = sorted(kind.groups, key=lambda g: (g.kind in REGRESSION_KINDS, g.kind == "objectness"))
     for g in ordered:
@@ -354,13 +355,12 @@ def evaluate_output(ref: list[np.ndarray], test: list[np.ndarray], kind: OutputK
         gkind, act, label = g.kind, g.activation, g.kind + (f"({g.activation})" if g.activation != "none" else "")
         if g.kind == "objectness":
             gkind = "scores"
-        elif obj is not None and g.kind in ("scores", "logits"):
+        product = times_objectness(r, kind, g, ax)
+        if product is not None:
             # Conditional class scores (YOLOv5, YOLOX): what the head thresholds is objectness x
             # class score; judged alone, a class score of 0.9 where nothing is would count.
-            o_r, o_t = (activate(np.take(x, range(obj.start, obj.stop), axis=ax), obj.activation, ax) for x in (r, t))
-            act = "sigmoid" if g.kind == "logits" and act == "none" else act
-            rs, ts = activate(rs, act, ax) * o_r, activate(ts, act, ax) * o_t
-            gkind, act, label = "scores", "none", f"{label} x {obj.name}"
+            rs, ts = product, times_objectness(t, kind, g, ax)
+            gkind, act, label = "scores", "none", f"{label} x objectness"
         part, f, conf = judge_part(rs, ts, gkind, kind.axis, act, spec, kind, samples,
                                    conf_mask if g.kind in REGRESSION_KINDS else None)
         if conf is not None and conf_mask is None:

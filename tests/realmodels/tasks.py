@@ -67,13 +67,19 @@ def decode_ssd(boxes: np.ndarray, logits: np.ndarray, anchors: np.ndarray, size:
     cy = raw[:, 1] / size + anchors[:, 1]
     w, h = raw[:, 2] / size, raw[:, 3] / size
     b = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], 1)
-    keep = np.where(scores >= thr)[0]
-    keep = keep[np.argsort(-scores[keep])]
-    picked = []
-    for k in keep:
-        if all(iou(b[k], b[j]) < 0.3 for j in picked):
-            picked.append(k)
+    picked = greedy_nms(b, scores, thr, 0.3)
     return b[picked], scores[picked]
+
+
+def greedy_nms(boxes: np.ndarray, scores: np.ndarray, thr: float, max_iou: float) -> list[int]:
+    """Indices of the boxes scoring >= ``thr``, best first, each kept unless it overlaps a kept one
+    by ``max_iou`` or more."""
+    keep = np.where(scores >= thr)[0]
+    picked: list[int] = []
+    for k in keep[np.argsort(-scores[keep])]:
+        if all(iou(boxes[k], boxes[j]) < max_iou for j in picked):
+            picked.append(int(k))
+    return picked
 
 
 def iou(a, b) -> float:
@@ -127,12 +133,7 @@ def decode_yolox(row: np.ndarray, size: int = 416, strides=(8, 16, 32), thr: flo
     xy, wh = (r[:, :2] + g) * st, np.exp(np.clip(r[:, 2:4], -10, 10)) * st
     b = np.concatenate([xy - wh / 2, xy + wh / 2], 1) / size
     scores = r[:, 4] * r[:, 5:].max(axis=1)
-    keep = np.where(scores >= thr)[0]
-    keep = keep[np.argsort(-scores[keep])]
-    picked: list[int] = []
-    for k in keep:
-        if all(iou(b[k], b[j]) < 0.45 for j in picked):
-            picked.append(int(k))
+    picked = greedy_nms(b, scores, thr, 0.45)
     return b[picked], scores[picked]
 
 
