@@ -58,6 +58,9 @@ class SourceModel:
     #: Input name -> axes other than 0 that carry the batch (an ONNX dim named like some input's
     #: dynamic dim 0, e.g. ``state [2, batch, 128]`` beside ``input [batch, 512]``).
     batch_axes: dict[str, list[int]] = field(default_factory=dict)
+    #: The file the user gave, where ``path`` is a rewrite of it made for the conversion (a TFLite
+    #: source whose ``TFLite_Detection_PostProcess`` was replaced); None: ``path`` is that file.
+    origin: Path | None = None
 
 
 @dataclass(frozen=True)

@@ -202,7 +202,7 @@ def manifest_for(ctx: BuildContext, results: dict[str, FormatResult], stage: Pat
     static["outputs"] = {t.name: list(t.shape) for t in primary.outputs}
     return Manifest(
         profile=ProfileRef(prof.name, prof.sha256, prof.to_dict()),
-        source=SourceInfo(str(source.path), source.format, source.sha256),
+        source=SourceInfo(str(source.origin or source.path), source.format, source.sha256),
         artifacts=artifacts, inputs=primary.inputs, outputs=_with_kinds(primary.outputs, prep.kinds, source.outputs),
         preprocessing=Preprocessing(spec, pp.spec_hash(cs.preprocess), _baked(results)), tools=tools,
         accuracy={"gate": "pending"}, calibration=dict(cs.info), static_shapes=static,

@@ -59,10 +59,34 @@ def _ssd(head: str, names: list[str], source: SourceModel) -> dict[str, Any]:
     return {"head": "ssd-anchors", "output": boxes, "labels": names, "anchors": spec.to_dict()}
 
 
-def postprocess(head, labels, source: SourceModel, declared: dict[str, OutputKind]) -> dict[str, Any] | None:
+def _boxes_scores(names: list[str], source: SourceModel, declared: dict[str, OutputKind],
+                  options: dict[str, Any] | None) -> dict[str, Any]:
+    """A ``boxes-scores`` head checked against the source (one ``[1, N, 4]`` boxes output and one
+    ``[1, N, C]`` scores output); declares their kinds for the gate unless ``--output`` did."""
+    from edge_sdk.detect import Head, boxes_scores_outputs
+
+    static = {o.name: _static(o.shape) for o in source.outputs}
+    fake = {n: np.broadcast_to(np.float32(0), [max(d, 1) for d in sh]) for n, sh in static.items()}  # no memory
+    boxes, scores = boxes_scores_outputs(fake, Head("boxes-scores"))
+    classes = static[scores][-1]
+    if names and len(names) != classes:
+        raise InputValidationError(f"--labels has {len(names)} names but output '{scores}' {static[scores]} has {classes} "
+                                   "classes.", "Give one name per class, in class-index order.")
+    why = ("decoded by the model's TFLite_Detection_PostProcess box coder" if options else "the boxes-scores head's boxes")
+    if boxes not in declared:
+        declared[boxes] = OutputKind("boxes", source="graph", reason=why)
+    if scores not in declared:
+        declared[scores] = OutputKind("scores", axis=-1, source="graph", reason="the boxes-scores head's class scores")
+    return {"head": "boxes-scores", "output": boxes, "labels": names, "options": dict(options or {})}
+
+
+def postprocess(head, labels, source: SourceModel, declared: dict[str, OutputKind],
+                options: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """``--head``/``--labels`` checked against the source's outputs; a yolov8 or yolov5 head
     declares its output's kind for the gate (unless ``--output`` did): boxes and class scores,
-    and for yolov5 the objectness channel the class scores are multiplied by. None when neither was given.
+    and for yolov5 the objectness channel the class scores are multiplied by; a boxes-scores head
+    declares its two outputs. ``options``: thresholds the model itself said (recorded). None when
+    no head and no labels were given.
 
     Raises:
         InputValidationError: an unknown head, a bad anchor spec, unreadable labels, or a class
@@ -79,6 +103,8 @@ def postprocess(head, labels, source: SourceModel, declared: dict[str, OutputKin
     names = read_labels(labels) or []
     if name == "ssd-anchors":
         return _ssd(text, names, source)
+    if name == "boxes-scores":
+        return _boxes_scores(names, source, declared, options)
     out = source.outputs[0]
     shape = _static(out.shape)
     # yolov8: [1, 4 + C, anchors] (or transposed), anchors the long axis; yolov5: [1, anchors, 5 + C]

@@ -18,7 +18,7 @@ import contextlib
 import json
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -38,7 +38,7 @@ from .openvino_bake import check_profiles as check_bake_profiles
 from .heads import postprocess as postprocess_for
 from .recovery import RecoveryConfig
 from .shapes import StaticShapes, fix_shapes, parse_input_shape
-from .sources import read_source, to_static_onnx
+from .sources import READERS, read_source, to_static_onnx
 from .summary import ConvertSummary, ProfileSummary
 
 __all__ = ["ConvertSummary", "ProfileSummary", "convert"]
@@ -250,9 +250,11 @@ def convert(model, profiles, out, *, calib=None, calib_count: int | None = None,
             ``{out: in}`` or ``[(out, in)]``: calibration and the gate run each sample as a sequence
             with the state carried from step to step; recorded in the manifest (``Model.stream()``).
         head: How the device decodes the outputs (``yolov8``, ``yolov5``, ``ssd-anchors:<spec>``,
-            ``classifier``, ``segmentation``; docs/heads.md): recorded in the manifest, so
+            ``boxes-scores``, ``classifier``, ``segmentation``; docs/heads.md): recorded in the manifest, so
             ``load(...).infer_image(frame).detections`` (or ``.mask``) works without arguments; a
-            yolov8 or yolov5 head also declares its output's kind for the gate (boxes, class scores, objectness).
+            yolov8, yolov5 or boxes-scores head also declares its outputs' kinds for the gate (boxes, class
+            scores, objectness). A TFLite source ending in ``TFLite_Detection_PostProcess`` is converted
+            without the op (its box decoding in builtin ops) and gets ``boxes-scores`` with the op's thresholds.
         labels: Class names (a list or a text file, one per line), recorded in the manifest; their
             count must match the head's classes.
         bake_preprocess: OpenVINO IR only: compile the preprocessing into the IR for camera frames,
@@ -321,17 +323,18 @@ def _convert(model, profiles, out: Path, cfg: ConvertConfig, log) -> ConvertSumm
     log(f"source: {source.format}, inputs {[(s.name, s.shape) for s in source.inputs]}, "
         f"outputs {[(s.name, s.shape) for s in source.outputs]}")
     _check_streams(cfg.streams, source)
-    post = postprocess_for(*cfg.head, source, cfg.outputs)
     static = {p.name: fix_shapes(source.inputs, p.artifact.batch_size, cfg.input_shapes, source.batch_axes) for p in profs}
-    options: dict[str, Any] = {"validation_fn": cfg.validation_fn} if cfg.validation_fn is not None else {}
-    if cfg.bake is not None:
-        options["bake"] = cfg.bake
-    if post:
-        options["postprocess"] = post
     summaries: list[ProfileSummary] = []
     kinds_report: list[dict] = []
     with _locked(out, log), tempfile.TemporaryDirectory(prefix="edge-sdk-convert-") as tmp:
         root = Path(tmp)
+        source, head, found = _without_detection_postprocess(source, cfg.head, root, log)
+        post = postprocess_for(*head, source, cfg.outputs, found)
+        options: dict[str, Any] = {"validation_fn": cfg.validation_fn} if cfg.validation_fn is not None else {}
+        if cfg.bake is not None:
+            options["bake"] = cfg.bake
+        if post:
+            options["postprocess"] = post
         prepared: dict[str, Prepared] = {}
         for prof in profs:
             key = json.dumps([static[prof.name].shapes, prof.accuracy.holdout_fraction], sort_keys=True)
@@ -391,6 +394,44 @@ def _raise_if_failed(summary: ConvertSummary) -> None:
     exc.report = summary.to_dict()  # type: ignore[attr-defined]
     exc.summary = summary  # type: ignore[attr-defined]
     raise exc
+
+
+def _without_detection_postprocess(source: SourceModel, head: tuple, root: Path, log) -> tuple[SourceModel, tuple, dict | None]:
+    """A TFLite source ending in ``TFLite_Detection_PostProcess`` as the same model with the op's
+    box decoding in builtin ops and its NMS left to a ``boxes-scores`` head with the op's
+    thresholds (:func:`~.tflite_native.decode_detection_postprocess`); anything else unchanged.
+
+    Returns:
+        (the source to convert, the ``(head, labels)`` to record, the op's thresholds or None).
+
+    Raises:
+        InputValidationError: ``--head`` names another head for such a model.
+    """
+    if source.format != "tflite":
+        return source, head, None
+    from .tflite_native import DETECTION_POSTPROCESS, decode_detection_postprocess
+
+    done = decode_detection_postprocess(Path(source.path).read_bytes())
+    if done is None:
+        return source, head, None
+    model, params = done
+    given, labels = head
+    if given is not None and str(given).partition(":")[0].strip().lower() != "boxes-scores":
+        raise InputValidationError(
+            f"--head {str(given)[:40]}: {source.path.name} ends in {DETECTION_POSTPROCESS}, whose outputs convert "
+            "replaces by decoded boxes and class scores (the boxes-scores head).",
+            "Leave --head out (or pass --head boxes-scores); --labels still names the classes.")
+    path = root / f"{source.path.stem}.decoded.tflite"
+    path.write_bytes(model)
+    log(f"{DETECTION_POSTPROCESS} (anchors {params['anchors']}, classes {params['classes']}, "
+        f"{'fast class-agnostic' if params['agnostic'] else 'per-class'} NMS, score >= {params['conf']:.3g}, "
+        f"IoU {params['iou']:.3g}, at most {params['max_det']}) replaced: the artifacts output decoded_boxes "
+        "[1, N, 4] (x1, y1, x2, y2 in input pixels) and class_scores [1, N, C], and the boxes-scores head "
+        "recorded in the manifest does the op's NMS (infer_image().detections)")
+    ins, outs = READERS.get("tflite")(path)
+    cut = replace(source, path=path, outputs=outs, inputs=ins, origin=source.origin or source.path)
+    thresholds = {k: params[k] for k in ("conf", "iou", "max_det", "agnostic")}
+    return cut, ("boxes-scores", labels), thresholds
 
 
 def _first(reason: str, n: int = 2) -> str:

@@ -343,6 +343,127 @@ def builtin_transpose_conv(model: bytes) -> tuple[bytes, int]:
     return _rewrite_ops(model, pick, build)
 
 
+#: The TensorFlow Object Detection API's post-processing custom op (decode against anchors + NMS).
+DETECTION_POSTPROCESS = "TFLite_Detection_PostProcess"
+
+
+def decode_detection_postprocess(model: bytes) -> tuple[bytes, dict[str, Any]] | None:
+    """Replace a trailing ``TFLite_Detection_PostProcess`` (box decoding against constant anchors,
+    then NMS, four post-NMS outputs) by its decoding written in builtin ops; NMS is left to the head.
+
+    The custom op ends SSD MobileNet and EfficientDet-Lite TFLite files. Only LiteRT runs it:
+    OpenVINO reads it with a dynamic detection count, tf2onnx turns it into NMS ops of dynamic size,
+    and its outputs are detection *lists* whose order moves with any score change, so no gate can
+    compare them position by position. The rewritten model has two static outputs the gate judges
+    and every runtime runs: ``decoded_boxes [1, N, 4]`` (``x1, y1, x2, y2`` in input pixels,
+    decoded as the op decodes: centre-size encodings over ``y_scale/x_scale/h_scale/w_scale``,
+    ``exp`` sizes, times the anchors) and ``class_scores [1, N, C]`` (the op's class predictions
+    without its background column(s)). The ``boxes-scores`` head then does what the op's NMS did,
+    with its thresholds (returned here).
+
+    Returns:
+        (the rewritten model, the op's parameters: ``conf``, ``iou``, ``max_det``, ``agnostic``
+        (fast NMS: class-agnostic), ``classes``, ``anchors``, ``background`` (columns dropped),
+        ``boxes``/``scores`` output names), or None when the model has no such op at its tail
+        with constant anchors.
+    """
+    from flatbuffers import flexbuffers
+
+    schema, m = _load(model)
+    if not m.subgraphs:
+        return None
+    names = _op_names(schema, m)
+    sg = m.subgraphs[0]
+    ops = list(sg.operators or [])
+    found = [k for k, op in enumerate(ops) if names[op.opcodeIndex] == f"CUSTOM:{DETECTION_POSTPROCESS}"]
+    if len(found) != 1:
+        return None
+    op = ops[found[0]]
+    outs = [int(t) for t in op.outputs]
+    graph_outs = [int(t) for t in sg.outputs]
+    if len(op.inputs) != 3 or not set(outs) >= set(graph_outs) or not _is_const(m, sg, int(op.inputs[2])):
+        return None
+    if any(int(t) in outs for other in ops if other is not op for t in (other.inputs if other.inputs is not None else [])):
+        return None  # something reads the detections: not a tail this can cut
+    try:
+        opts = flexbuffers.Loads(bytes(bytearray(op.customOptions)))
+    except Exception:  # noqa: BLE001 - options this reader cannot parse: leave the op alone
+        return None
+    enc, pred, anc = (int(t) for t in op.inputs)
+    anchors = np.frombuffer(bytes(bytearray(m.buffers[sg.tensors[anc].buffer].data)), np.float32).reshape(-1, 4)
+    n = len(anchors)
+    enc_shape = [int(d) for d in sg.tensors[enc].shape]
+    pred_shape = [int(d) for d in sg.tensors[pred].shape]
+    classes = int(opts.get("num_classes", 0))
+    if enc_shape[:2] != [1, n] or enc_shape[2] < 4 or pred_shape[:2] != [1, n] or not 0 < classes <= pred_shape[2]:
+        return None
+    # Input pixels: the op's boxes are 0..1 of the input; the first input is the image [1, H, W, C].
+    in_shape = [int(d) for d in sg.tensors[int(sg.inputs[0])].shape]
+    height, width = (in_shape[1], in_shape[2]) if len(in_shape) == 4 else (1, 1)
+    scale = {k: float(opts.get(k, 1.0)) or 1.0 for k in ("y_scale", "x_scale", "h_scale", "w_scale")}
+    pix = np.array([width, height], np.float32)
+    # anchors are (ycenter, xcenter, h, w); everything below is in x, y order
+    a_c, a_s = anchors[:, [1, 0]], anchors[:, [3, 2]]
+    centre_mul = (a_s / np.array([scale["x_scale"], scale["y_scale"]], np.float32) * pix)[None]
+    centre_add = (a_c * pix)[None]
+    size_mul = (1.0 / np.array([scale["w_scale"], scale["h_scale"]], np.float32))
+    half = (0.5 * a_s * pix)[None]
+    edit = _Editor(schema, m, sg)
+    F = schema.TensorType.FLOAT32
+
+    def t(name: str, cols: int) -> int:
+        return edit.tensor(name, [1, n, cols], F)
+
+    xy_raw, wh_raw = t("decode/xy_raw", 2), t("decode/wh_raw", 2)
+    new_ops = []
+    xywh = t("decode/xywh", 4)  # encodings (y, x, h, w[, ...]) -> (x, y, w, h)
+    g = edit.op("GATHER", [enc, edit.const_int32([1, 0, 3, 2], enc, "xywh_order")], [xywh], "GatherOptions")
+    g.builtinOptions.axis = 2
+    new_ops.append(g)
+    sp = edit.op("SPLIT", [edit.const_int32([2], enc, "split_axis"), xywh], [xy_raw, wh_raw], "SplitOptions")
+    sp.builtinOptions.numSplits = 2
+    sg.tensors[sp.inputs[0]].shape = []  # SPLIT's axis is a scalar
+    new_ops.append(sp)
+    steps = [("MUL", xy_raw, edit.const(centre_mul, "decode/centre_mul"), "decode/xy_scaled", "MulOptions"),
+             ("ADD", "decode/xy_scaled", edit.const(centre_add, "decode/centre_add"), "decode/centre", "AddOptions"),
+             ("MUL", wh_raw, edit.const(size_mul, "decode/size_mul"), "decode/wh_scaled", "MulOptions"),
+             ("EXP", "decode/wh_scaled", None, "decode/wh_exp", None),
+             ("MUL", "decode/wh_exp", edit.const(half, "decode/half_anchor"), "decode/half", "MulOptions"),
+             ("SUB", "decode/centre", "decode/half", "decode/x1y1", "SubOptions"),
+             ("ADD", "decode/centre", "decode/half", "decode/x2y2", "AddOptions")]
+    made: dict[str, int] = {}
+    for kind, a, b, out, options in steps:
+        ia = made[a] if isinstance(a, str) else a
+        ib = made[b] if isinstance(b, str) else b
+        made[out] = t(out, 2)
+        new_ops.append(edit.op(kind, [ia] + ([ib] if ib is not None else []), [made[out]], options))
+    boxes = t("decoded_boxes", 4)
+    cat = edit.op("CONCATENATION", [made["decode/x1y1"], made["decode/x2y2"]], [boxes], "ConcatenationOptions")
+    cat.builtinOptions.axis = 2
+    new_ops.append(cat)
+    background = pred_shape[2] - classes
+    scores = t("class_scores", classes)
+    # GATHER, not SLICE: OpenVINO's TFLite frontend reads a SLICE's output as dynamic
+    picked = edit.op("GATHER", [pred, edit.const_int32(list(range(background, background + classes)), pred, "classes")],
+                     [scores], "GatherOptions")
+    picked.builtinOptions.axis = 2
+    new_ops.append(picked)
+    sg.operators = ops[:found[0]] + ops[found[0] + 1:] + new_ops
+    sg.outputs = [boxes, scores]
+    for sd in m.signatureDefs or []:
+        kept = []
+        for key, idx in (("decoded_boxes", boxes), ("class_scores", scores)):
+            tm = schema.TensorMapT()
+            tm.name, tm.tensorIndex = key, idx
+            kept.append(tm)
+        sd.outputs = kept
+    params = {"conf": float(opts.get("nms_score_threshold", 0.0)), "iou": float(opts.get("nms_iou_threshold", 0.5)),
+              "max_det": int(opts.get("max_detections", 100)), "agnostic": not bool(opts.get("use_regular_nms", 0)),
+              "classes": classes, "anchors": n, "background": background, "size": [width, height],
+              "boxes": "decoded_boxes", "scores": "class_scores"}
+    return _pack(m, len(model) + 64 * n), params
+
+
 class _Editor:
     """New tensors, ops and opcodes for a graph rewrite (object API of the TFLite schema)."""
 
@@ -385,15 +506,29 @@ class _Editor:
         self.sg.tensors.append(t)
         return len(self.sg.tensors) - 1
 
-    def _scalar(self, value: float, name: str) -> int:
-        """A new float32 constant of shape [1]."""
+    def const(self, values: np.ndarray, name: str) -> int:
+        """A new float32 constant holding ``values`` (its shape kept)."""
+        a = np.ascontiguousarray(values, np.float32)
         buf = self.schema.BufferT()
-        buf.data = np.frombuffer(np.asarray([value], np.float32).tobytes(), np.uint8)
+        buf.data = np.frombuffer(a.tobytes(), np.uint8)
         self.m.buffers.append(buf)
         t = self.schema.TensorT()
-        t.shape, t.type, t.name, t.buffer = [1], self.schema.TensorType.FLOAT32, name, len(self.m.buffers) - 1
+        t.shape, t.type, t.name, t.buffer = list(a.shape), self.schema.TensorType.FLOAT32, name, len(self.m.buffers) - 1
         self.sg.tensors.append(t)
         return len(self.sg.tensors) - 1
+
+    def tensor(self, name: str, shape: list[int], dtype: int) -> int:
+        """A new activation tensor."""
+        t = self.schema.TensorT()
+        t.name, t.shape, t.type = name, list(shape), dtype
+        self.m.buffers.append(self.schema.BufferT())
+        t.buffer = len(self.m.buffers) - 1
+        self.sg.tensors.append(t)
+        return len(self.sg.tensors) - 1
+
+    def _scalar(self, value: float, name: str) -> int:
+        """A new float32 constant of shape [1]."""
+        return self.const(np.asarray([value], np.float32), name)
 
     def const_float(self, value: float, like: int, suffix: str) -> int:
         """A new float32 scalar constant (shape [1]) named after tensor ``like``."""

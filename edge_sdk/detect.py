@@ -8,6 +8,9 @@
 * :func:`decode_yolov5`: YOLOv5-style ``[1, N, 5 + C]`` (objectness times class score).
 * :func:`decode_ssd`: SSD / BlazeFace / BlazePalm box regressions ``[1, N, 4 + 2K]`` and class
   scores or logits ``[1, N, C]`` against generated anchors (:mod:`edge_sdk.anchors`).
+* :func:`decode_boxes_scores`: decoded boxes ``[1, N, 4]`` (``x1, y1, x2, y2`` in input pixels)
+  beside class scores ``[1, N, C]`` (what ``convert`` makes of TensorFlow's
+  ``TFLite_Detection_PostProcess``, and pre-NMS exports of that layout).
 * :func:`decode_mask`: a segmentation output as a class-index or probability map over the frame.
 * :class:`Head`: which decoder and its thresholds; ``edge_sdk.load(..., head="yolov8",
   labels=[...])`` attaches one to a model so that ``result.detections`` is filled.
@@ -24,9 +27,11 @@ import numpy as np
 from .anchors import AnchorSpec, decode_boxes, parse_spec, ssd_anchors
 from .errors import InputValidationError
 
-HEADS: tuple[str, ...] = ("yolov8", "yolov5", "ssd-anchors", "classifier", "segmentation")
+HEADS: tuple[str, ...] = ("yolov8", "yolov5", "ssd-anchors", "boxes-scores", "classifier", "segmentation")
 #: Heads that produce ``result.detections``.
-DETECTION_HEADS: tuple[str, ...] = ("yolov8", "yolov5", "ssd-anchors")
+DETECTION_HEADS: tuple[str, ...] = ("yolov8", "yolov5", "ssd-anchors", "boxes-scores")
+#: Thresholds a manifest's ``postprocess.options`` may record for a detection head.
+HEAD_OPTIONS: tuple[str, ...] = ("conf", "iou", "max_det", "agnostic")
 
 
 @dataclass(frozen=True)
@@ -65,12 +70,15 @@ class Head:
         kind: ``yolov8`` (packed ``[1, 4 + C, N]`` boxes and class scores), ``yolov5``
             (``[1, N, 5 + C]``: boxes, objectness, class scores; score = objectness x class
             score), ``ssd-anchors`` (box regressions and scores against ``anchors``),
+            ``boxes-scores`` (decoded boxes ``[1, N, 4]`` beside class scores ``[1, N, C]``),
             ``classifier`` (labels for :meth:`top_k` only) or ``segmentation`` (``result.mask``).
         conf: Minimum class score kept (yolov8).
         iou: IoU above which a lower-scored box of the same class is suppressed (yolov8).
         max_det: Most detections returned per frame (yolov8).
-        output: Name of the output to decode (``""``: the first output).
+        output: Name of the output to decode (``""``: the first output; ``boxes-scores``: the boxes).
         anchors: The anchor spec of an ``ssd-anchors`` head (:func:`edge_sdk.anchors.parse_spec`).
+        agnostic: NMS across classes (a box suppresses overlapping boxes of every class), as
+            TensorFlow's fast ``TFLite_Detection_PostProcess`` does; else within each class.
     """
 
     kind: str = "yolov8"
@@ -79,6 +87,7 @@ class Head:
     max_det: int = 300
     output: str = ""
     anchors: AnchorSpec | None = None
+    agnostic: bool = False
 
     def __post_init__(self):
         if self.kind not in HEADS:
@@ -91,26 +100,53 @@ class Head:
                                        "conf and iou are 0..1, max_det at least 1.")
 
 
-def as_head(head: Any, anchors: Any = None) -> Head | None:
+def head_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Checked detection thresholds (``conf``, ``iou``, ``max_det``, ``agnostic``) as :class:`Head` fields.
+
+    Raises:
+        InputValidationError: an unknown key or a value of the wrong type or range.
+    """
+    out: dict[str, Any] = {}
+    for key, value in dict(options or {}).items():
+        if key not in HEAD_OPTIONS:
+            raise InputValidationError(f"Unknown head option {key!r}.", f"Options: {', '.join(HEAD_OPTIONS)}.")
+        if key == "agnostic":
+            if not isinstance(value, bool):
+                raise InputValidationError(f"Head option agnostic must be true or false, got {value!r}.")
+            out[key] = value
+        elif key == "max_det":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputValidationError(f"Head option max_det must be an integer >= 1, got {value!r}.")
+            out[key] = value
+        else:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+                raise InputValidationError(f"Head option {key} must be a number in 0..1, got {value!r}.")
+            out[key] = float(value)
+    return out
+
+
+def as_head(head: Any, anchors: Any = None, options: Mapping[str, Any] | None = None) -> Head | None:
     """A :class:`Head` from ``None``, a name (``"yolov8"``, ``"ssd-anchors:<spec>"``) or a :class:`Head`.
 
     Args:
         head: The head.
         anchors: An ``ssd-anchors`` spec given apart from the name (the manifest's ``anchors``).
+        options: Thresholds recorded with the head (the manifest's ``postprocess.options``).
 
     Raises:
-        InputValidationError: an unknown name or type, or a bad anchor spec.
+        InputValidationError: an unknown name or type, or a bad anchor spec or option.
     """
     if head is None or isinstance(head, Head):
         return head
     if isinstance(head, str):
         kind, _, spec = head.partition(":")
         kind = kind.strip().lower()
+        opts = head_options(options)
         if kind != "ssd-anchors" or not (spec or anchors):
-            return Head(kind=head.lower())
+            return Head(kind=head.lower(), **opts)
         a = parse_spec(spec or anchors)
-        return Head(kind=kind, anchors=a, conf=Head.conf if a.conf is None else a.conf,
-                    iou=Head.iou if a.iou is None else a.iou)
+        return Head(kind=kind, anchors=a, **{"conf": Head.conf if a.conf is None else a.conf,
+                                              "iou": Head.iou if a.iou is None else a.iou, **opts})
     raise InputValidationError(f"head= must be a name or an edge_sdk.detect.Head, got {type(head).__name__}.",
                                f"Use one of: {', '.join(HEADS)}.")
 
@@ -228,7 +264,7 @@ def decode_yolov8(output: Any, head: Head | None = None, *, transform=None,
 def _finish(boxes: np.ndarray, score: np.ndarray, cls: np.ndarray, head: Head, transform,
             labels: Sequence[str] | None, points: np.ndarray | None = None) -> list[Detection]:
     """Class-aware NMS, map to the frame, build the detections (``points``: ``[N, K, 2]`` keypoints)."""
-    kept = nms(boxes, score, head.iou, classes=cls, max_det=head.max_det)
+    kept = nms(boxes, score, head.iou, classes=None if head.agnostic else cls, max_det=head.max_det)
     boxes = boxes[kept]
     pts = points[kept] if points is not None and points.shape[1] else np.zeros((len(kept), 0, 2))
     if transform is not None:
@@ -353,6 +389,51 @@ def decode_ssd(boxes: Any, scores: Any, head: Head, *, transform=None,
     return _finish(box, score[keep], cls[keep], head, transform, labels, points)
 
 
+def boxes_scores_outputs(outputs: Mapping[str, Any], head: Head) -> tuple[str, str]:
+    """The names of the boxes ``[1, N, 4]`` and scores ``[1, N, C]`` outputs of a ``boxes-scores``
+    head: ``head.output`` (else the one output with 4 columns) and the other output with N rows.
+
+    Raises:
+        InputValidationError: a named output is missing, or the two cannot be told apart.
+    """
+    names = list(outputs)
+    if head.output and head.output not in outputs:
+        raise InputValidationError(f"boxes-scores: output {head.output!r} is not an output of this model.",
+                                   f"Outputs: {', '.join(names)}.")
+    shaped = {n: _rows(outputs[n]).shape for n in names}
+    four = [n for n in names if len(shaped[n]) == 2 and shaped[n][1] == 4]
+    boxes = head.output or (four[0] if len(four) == 1 else "")
+    rows = shaped[boxes][0] if boxes else -1
+    others = [n for n in names if n != boxes and len(shaped[n]) == 2 and shaped[n][0] == rows]
+    if not boxes or len(others) != 1:
+        raise InputValidationError("A boxes-scores head needs one boxes output [1, N, 4] and one scores output "
+                                   f"[1, N, C]; got {', '.join(f'{n} {list(np.shape(outputs[n]))}' for n in names)}.",
+                                   "Name the boxes output: Head('boxes-scores', output=NAME).")
+    return boxes, others[0]
+
+
+def decode_boxes_scores(boxes: Any, scores: Any, head: Head, *, transform=None,
+                        labels: Sequence[str] | None = None) -> list[Detection]:
+    """Decode decoded boxes ``[1, N, 4]`` (``x1, y1, x2, y2`` in model-input pixels) and class
+    scores ``[1, N, C]`` (0..1): best class per row at or above ``head.conf``, NMS (across
+    classes with ``head.agnostic``), at most ``head.max_det``, mapped to the frame.
+
+    Raises:
+        InputValidationError: the two outputs do not have the same rows, or boxes are not 4 wide.
+    """
+    b, s = _rows(boxes), _rows(scores)
+    if b.ndim != 2 or b.shape[1] != 4 or s.ndim != 2 or len(s) != len(b):
+        raise InputValidationError(f"boxes-scores: boxes {list(np.shape(boxes))} and scores {list(np.shape(scores))} "
+                                   "do not pair.", "Expected boxes [1, N, 4] and scores [1, N, C] with the same N.")
+    s = s.astype(np.float64)
+    cls = s.argmax(axis=1)
+    score = s[np.arange(len(s)), cls]
+    keep = np.nonzero(score >= head.conf)[0]
+    if not keep.size:
+        return []
+    return _finish(b[keep].astype(np.float64), score[keep], cls[keep], head, transform, labels)
+
+
 def decode_mask(output: Any, *, transform=None) -> np.ndarray:
     """A segmentation output as a map over the original frame (or the model's map without ``transform``).
 
@@ -402,7 +483,7 @@ def decode(output: Any, head: Head, *, transform=None, labels: Sequence[str] | N
         return decode_yolov8(output, head, transform=transform, labels=labels)
     if head.kind == "yolov5":
         return decode_yolov5(output, head, transform=transform, labels=labels)
-    hint = "Use decode_outputs() for ssd-anchors (two outputs)." if head.kind == "ssd-anchors" else ""
+    hint = f"Use decode_outputs() for {head.kind} (two outputs)." if head.kind in ("ssd-anchors", "boxes-scores") else ""
     raise InputValidationError(f"Head {head.kind!r} does not produce detections from one output.",
                                hint or f"Use one of: {', '.join(DETECTION_HEADS)}.")
 
@@ -420,6 +501,9 @@ def decode_outputs(outputs: Mapping[str, Any], head: Head, *, transform=None,
         assert head.anchors is not None
         b, s = ssd_outputs(outputs, head.anchors)
         return decode_ssd(outputs[b], outputs[s], head, transform=transform, labels=labels)
+    if head.kind == "boxes-scores":
+        b, s = boxes_scores_outputs(outputs, head)
+        return decode_boxes_scores(outputs[b], outputs[s], head, transform=transform, labels=labels)
     if head.output and head.output not in outputs:
         raise InputValidationError(f"Head output {head.output!r} is not an output of this model.",
                                    f"Outputs: {', '.join(outputs)}.")
@@ -463,6 +547,6 @@ def top_k(scores: Any, k: int = 5, labels: Sequence[str] | None = None) -> list[
     return [TopK(label_of(int(i), labels), float(s[i]), int(i)) for i in idx]
 
 
-__all__ = ["DETECTION_HEADS", "Detection", "HEADS", "Head", "TopK", "apply_head", "as_head", "box_iou", "decode", "decode_mask",
-           "decode_outputs", "decode_ssd", "decode_yolov5", "decode_yolov8", "label_of", "nms", "ssd_outputs",
-           "read_labels", "top_k"]
+__all__ = ["DETECTION_HEADS", "Detection", "HEADS", "HEAD_OPTIONS", "Head", "TopK", "apply_head", "as_head", "box_iou",
+           "boxes_scores_outputs", "decode", "decode_boxes_scores", "decode_mask", "decode_outputs", "decode_ssd",
+           "decode_yolov5", "decode_yolov8", "head_options", "label_of", "nms", "ssd_outputs", "read_labels", "top_k"]

@@ -133,17 +133,23 @@ class PostprocessSpec:
     """How :meth:`Model.infer_image` decodes the outputs (``convert --head/--labels``); empty: raw outputs.
 
     Attributes:
-        head: ``yolov8``, ``yolov5``, ``ssd-anchors``, ``classifier``, ``segmentation`` or ``""`` (none).
-        output: The output to decode (``""``: the first; ``ssd-anchors``: the box regressions).
+        head: ``yolov8``, ``yolov5``, ``ssd-anchors``, ``boxes-scores``, ``classifier``,
+            ``segmentation`` or ``""`` (none).
+        output: The output to decode (``""``: the first; ``ssd-anchors``: the box regressions;
+            ``boxes-scores``: the boxes).
         labels: Class names, index order.
         anchors: The complete anchor spec of an ``ssd-anchors`` head (keys of
             :func:`edge_sdk.anchors.parse_spec`, input size and output names filled in); else empty.
+        options: A detection head's thresholds where the model said them (``conf``, ``iou``,
+            ``max_det``, ``agnostic``: those of a ``TFLite_Detection_PostProcess`` the conversion
+            replaced); empty: the head's defaults.
     """
 
     head: str = ""
     output: str = ""
     labels: list[str] = field(default_factory=list)
     anchors: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -355,6 +361,15 @@ def check_postprocess(manifest: Manifest, where: str) -> None:
         raise ManifestError(f"{at}: labels must be at most {MAX_LABELS} printable names of at most "
                             f"{MAX_LABEL_CHARS} characters.", "The artifact is corrupt: convert it again.")
     _check_anchors(pp, manifest, at)
+    if pp.options:
+        from edge_sdk.detect import DETECTION_HEADS, head_options
+
+        if pp.head not in DETECTION_HEADS:
+            raise ManifestError(f"{at}: head '{pp.head[:40]}' takes no options.", "The artifact is corrupt: convert it again.")
+        try:
+            head_options(pp.options)
+        except InputValidationError as exc:
+            raise ManifestError(f"{at}: options: {exc.message}", "The artifact is corrupt: convert it again.") from None
 
 
 def _check_anchors(pp: PostprocessSpec, manifest: Manifest, at: str) -> None:

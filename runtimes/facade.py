@@ -738,7 +738,7 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
                       LoadOptions(check_finite=check_finite, num_threads=num_threads, cache_dir=cache))
         post = manifest.postprocess  # recorded at conversion; load(head=, labels=) overrides it
         if head_spec is None and post.head and post.head != "classifier":
-            head_spec = as_head(post.head, post.anchors or None)
+            head_spec = as_head(post.head, post.anchors or None, post.options or None)
             if post.output and head_spec is not None:
                 head_spec = dataclasses.replace(head_spec, output=post.output)
         if label_list is None and post.labels:

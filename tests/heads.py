@@ -122,3 +122,91 @@ def outlier_feeds(n: int, seed: int = 1) -> np.ndarray:
     rng = np.random.default_rng(seed)
     x = rng.normal(0, 1, (n, *OUTLIER_SHAPE[1:])) + rng.normal(0, 2.0, (n, OUTLIER_SHAPE[1], 1, 1))
     return x.astype(np.float32)
+
+
+#: ``ssd_postprocess_tflite``: input size, classes, anchors per cell on its 16x16 grid.
+SSD_PP_SIZE, SSD_PP_CLASSES, SSD_PP_PER_CELL = 64, 3, 2
+SSD_PP_THRESHOLDS = {"conf": 0.4, "iou": 0.5, "max_det": 20}
+
+
+def ssd_postprocess_tflite(path: str | Path, seed: int = 3) -> Path:
+    """A float SSD-style TFLite ending in TensorFlow's ``TFLite_Detection_PostProcess`` custom op
+    (what SSD MobileNet and EfficientDet-Lite TFLite files end in), built by code.
+
+    Input ``[1, 64, 64, 3]`` RGB in 0..1. A conv backbone (stride 4) gives box encodings
+    ``[1, 512, 4]`` (ty, tx, th, tw against two anchors per cell of a 16x16 grid) and sigmoid class
+    predictions ``[1, 512, 4]`` whose column 0 is the background the op skips. Class c fires
+    where the local mean of colour channel c is high and the others low (a red, green or blue
+    square on a dark background), so detections are sparse and their class is known. The
+    post-processing is the op itself (fused by TensorFlow's converter from an
+    ``experimental_implements`` function), with fast (class-agnostic) NMS.
+    """
+    import tempfile
+
+    import tensorflow as tf
+
+    size, c, per = SSD_PP_SIZE, SSD_PP_CLASSES, SSD_PP_PER_CELL
+    grid = size // 4
+    n = grid * grid * per
+    centres = (np.arange(grid) + 0.5) / grid
+    anchors = np.array([[y, x, s, s] for y in centres for x in centres for s in (0.2, 0.35)], np.float32)
+    rng = np.random.default_rng(seed)
+
+    def w(*shape, s=0.3):
+        return tf.constant(rng.normal(0, s, shape).astype(np.float32))
+
+    w1, w2, wb = w(3, 3, 3, 16, s=0.5), w(3, 3, 16, 16, s=0.2), w(3, 3, 16, per * 4, s=0.03)
+    # colour evidence: +9 for the class's own channel mean, -5 for each other channel, bias -4
+    colour = np.full((3, c), -5.0, np.float32)
+    np.fill_diagonal(colour, 9.0)
+    wc = np.concatenate([np.zeros((3, 1), np.float32), colour], axis=1)  # background column: logit 0
+    wc = tf.constant(np.tile(wc, (1, per))[None, None])  # [1, 1, 3, per * (c + 1)]
+    bc = tf.constant(np.tile(np.array([0.0] + [-4.0] * c, np.float32), per))
+    attrs = {"max_detections": ("i", SSD_PP_THRESHOLDS["max_det"]), "max_classes_per_detection": ("i", 1),
+             "use_regular_nms": ("b", "false"), "nms_score_threshold": ("f", SSD_PP_THRESHOLDS["conf"]),
+             "nms_iou_threshold": ("f", SSD_PP_THRESHOLDS["iou"]), "y_scale": ("f", 10.0), "x_scale": ("f", 10.0),
+             "h_scale": ("f", 5.0), "w_scale": ("f", 5.0), "num_classes": ("i", c)}
+    implements = " ".join(['name: "TFLite_Detection_PostProcess"']
+                          + [f'attr {{ key: "{k}" value {{ {t}: {v} }} }}' for k, (t, v) in attrs.items()])
+
+    @tf.function(experimental_implements=implements)
+    def postprocess(box_encodings, class_predictions, anchor_boxes):  # the converter puts the op here
+        return (tf.zeros([1, 10, 4]), tf.zeros([1, 10]), tf.zeros([1, 10]), tf.zeros([1]))
+
+    @tf.function(input_signature=[tf.TensorSpec([1, size, size, 3], tf.float32, name="image")])
+    def serve(image):
+        x = tf.nn.relu(tf.nn.conv2d(image, w1, 2, "SAME"))
+        x = tf.nn.relu(tf.nn.conv2d(x, w2, 2, "SAME"))
+        boxes = tf.reshape(tf.nn.conv2d(x, wb, 1, "SAME"), [1, n, 4])
+        means = tf.nn.avg_pool2d(image, 4, 4, "SAME")
+        scores = tf.sigmoid(tf.reshape(tf.nn.conv2d(means, wc, 1, "SAME") + bc, [1, n, c + 1]))
+        return postprocess(boxes, scores, tf.constant(anchors))
+
+    module = tf.Module()
+    module.serve = serve
+    with tempfile.TemporaryDirectory() as tmp:
+        tf.saved_model.save(module, tmp, signatures={"serving_default": serve.get_concrete_function()})
+        converter = tf.lite.TFLiteConverter.from_saved_model(tmp)
+        converter.allow_custom_ops = True
+        data = converter.convert()
+    path = Path(path)
+    path.write_bytes(data)
+    return path
+
+
+def coloured_squares(count: int, seed: int = 0) -> tuple[np.ndarray, list[list[tuple[int, int, int, int, int]]]]:
+    """``count`` RGB uint8 frames ``[64, 64, 3]``: dark noise with one to three pure red, green or
+    blue squares (12-24 px); and per frame the squares as ``(class, x1, y1, x2, y2)``."""
+    rng = np.random.default_rng(seed)
+    frames = rng.integers(0, 40, (count, SSD_PP_SIZE, SSD_PP_SIZE, 3)).astype(np.uint8)
+    truth = []
+    for f in frames:
+        squares = []
+        for _ in range(int(rng.integers(1, 4))):
+            cls, side = int(rng.integers(0, 3)), int(rng.integers(12, 25))
+            x, y = (int(v) for v in rng.integers(0, SSD_PP_SIZE - side, 2))
+            f[y:y + side, x:x + side] = 0
+            f[y:y + side, x:x + side, cls] = 255
+            squares.append((cls, x, y, x + side, y + side))
+        truth.append(squares)
+    return frames, truth
