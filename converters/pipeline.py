@@ -409,9 +409,12 @@ def _without_detection_postprocess(source: SourceModel, head: tuple, root: Path,
     """
     if source.format != "tflite":
         return source, head, None
-    from .tflite_native import DETECTION_POSTPROCESS, decode_detection_postprocess
+    from .tflite_native import DETECTION_POSTPROCESS, decode_detection_postprocess, fold_constants, used_ops
 
-    done = decode_detection_postprocess(Path(source.path).read_bytes())
+    data = Path(source.path).read_bytes()
+    if f"CUSTOM:{DETECTION_POSTPROCESS}" not in used_ops(data):
+        return source, head, None
+    done = decode_detection_postprocess(fold_constants(data)[0])  # fp16/sparse anchors read as the runtime does
     if done is None:
         return source, head, None
     model, params = done

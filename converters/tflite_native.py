@@ -390,7 +390,10 @@ def decode_detection_postprocess(model: bytes) -> tuple[bytes, dict[str, Any]] |
     except Exception:  # noqa: BLE001 - options this reader cannot parse: leave the op alone
         return None
     enc, pred, anc = (int(t) for t in op.inputs)
-    anchors = np.frombuffer(bytes(bytearray(m.buffers[sg.tensors[anc].buffer].data)), np.float32).reshape(-1, 4)
+    raw = m.buffers[sg.tensors[anc].buffer].data
+    if sg.tensors[anc].type != schema.TensorType.FLOAT32 or raw is None or not len(raw) or len(raw) % 16:
+        return None  # anchors not stored inline as float32 [N, 4]
+    anchors = np.frombuffer(bytes(bytearray(raw)), np.float32).reshape(-1, 4)
     n = len(anchors)
     enc_shape = [int(d) for d in sg.tensors[enc].shape]
     pred_shape = [int(d) for d in sg.tensors[pred].shape]

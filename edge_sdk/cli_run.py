@@ -146,6 +146,11 @@ def run(artifact: str, input_path: str, profile: str | None, backend: str | None
         }
         if stream_report is not None:
             report["stream"] = stream_report
+        found = getattr(result, "_detections", None)  # filled when the artifact's head decoded an image
+        if found is not None and model.head is not None:
+            report["detections"] = {"head": model.head.kind, "count": len(found),
+                                    "items": [{"label": d.label, "score": round(d.score, 4),
+                                               "box": [round(v, 1) for v in d.box]} for d in found]}
     if json_out:
         write_json_out(report, json_out)
     if as_json:
@@ -167,4 +172,12 @@ def run(artifact: str, input_path: str, profile: str | None, backend: str | None
     for out in report["outputs"]:
         for line in describe_lines(out, indent=""):
             click.echo(("output " if not line.startswith(" ") else "") + line)
+    if "detections" in report:
+        d = report["detections"]
+        click.echo(f"detections ({d['head']} head, in the image's pixels): {d['count']}")
+        for item in d["items"][:20]:
+            x1, y1, x2, y2 = item["box"]
+            click.echo(f"  {item['label']:<16} {item['score']:.3f}  ({x1:.1f}, {y1:.1f}) - ({x2:.1f}, {y2:.1f})")
+        if d["count"] > 20:
+            click.echo(f"  ... {d['count'] - 20} more (--json lists them all)")
     click.echo("timings (ms): " + ", ".join(f"{k} {v:.3f}" for k, v in report["timings_ms"].items()))

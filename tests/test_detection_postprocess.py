@@ -180,3 +180,20 @@ def test_boxes_scores_head_agnostic_and_per_class_nms():
         decode_boxes_scores(boxes, scores[:, :2], Head("boxes-scores"))
     with pytest.raises(InputValidationError, match="max_det must be an integer"):
         as_head("boxes-scores", options={"max_det": 0})
+
+
+def test_edge_sdk_run_lists_the_heads_detections(converted, tmp_path, capsys):
+    root, _, _ = converted
+    frame = coloured_squares(1, seed=33)[0][0]
+    Image.fromarray(frame).save(tmp_path / "frame.png")
+    folder = root / "out" / "intel-cpu"
+    assert main(["run", str(folder), "--input", str(tmp_path / "frame.png"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    with edge_sdk.load(folder) as m:
+        want = m.infer_image(frame).detections
+    got = report["detections"]
+    assert got["head"] == "boxes-scores" and got["count"] == len(want) > 0
+    assert [(d["label"], d["score"]) for d in got["items"]] == [(d.label, round(d.score, 4)) for d in want]
+    assert main(["run", str(folder), "--input", str(tmp_path / "frame.png")]) == 0
+    text = capsys.readouterr().out
+    assert f"detections (boxes-scores head, in the image's pixels): {len(want)}" in text
