@@ -153,12 +153,29 @@ def _image_samples(folder: Path, inputs: list[TensorSpec], shapes: dict[str, lis
     try:
         spec = (spec or default_preprocess(shapes[name])).with_size_from_shape(shapes[name])
         spec = pp.PreprocessSpec(**{**spec.to_dict(), "input": name})
+        spec = _pixels_for_uint8(spec, next((i.dtype for i in inputs if i.name == name), "float32"))
         arrays = [pp.apply(f, spec) for f in files]
     except CalibrationError:
         raise
     except EdgeSDKError as exc:
         raise CalibrationError(f"Calibration images in {folder}: {exc.message}", exc.hint) from None
     return arrays, spec, name
+
+
+def _pixels_for_uint8(spec: pp.PreprocessSpec, dtype: str) -> pp.PreprocessSpec:
+    """A model whose image input is uint8 (a float model that casts its pixels inside, as
+    EfficientDet-Lite exports do) takes the pixels as they are: the spec made uint8 with scale 1.
+
+    Raises:
+        CalibrationError: the spec normalises with a mean or std, which a uint8 input cannot hold.
+    """
+    if dtype != "uint8" or spec.dtype == "uint8":
+        return spec
+    if any(m != 0 for m in spec.mean) or any(v != 1 for v in spec.std):
+        raise CalibrationError(f"Input '{spec.input}' is uint8 (pixels 0..255), but the preprocessing subtracts a mean "
+                               f"{spec.mean} and divides by a std {spec.std}.",
+                               "Drop mean/std from --preprocess: the model normalises its pixels itself.")
+    return pp.PreprocessSpec(**{**spec.to_dict(), "dtype": "uint8", "scale": 1.0})
 
 
 def _load_array_file(path: Path) -> dict[str, np.ndarray] | np.ndarray:

@@ -129,7 +129,7 @@ SSD_PP_SIZE, SSD_PP_CLASSES, SSD_PP_PER_CELL = 64, 3, 2
 SSD_PP_THRESHOLDS = {"conf": 0.4, "iou": 0.5, "max_det": 20}
 
 
-def ssd_postprocess_tflite(path: str | Path, seed: int = 3) -> Path:
+def ssd_postprocess_tflite(path: str | Path, seed: int = 3, uint8_input: bool = False) -> Path:
     """A float SSD-style TFLite ending in TensorFlow's ``TFLite_Detection_PostProcess`` custom op
     (what SSD MobileNet and EfficientDet-Lite TFLite files end in), built by code.
 
@@ -139,7 +139,8 @@ def ssd_postprocess_tflite(path: str | Path, seed: int = 3) -> Path:
     where the local mean of colour channel c is high and the others low (a red, green or blue
     square on a dark background), so detections are sparse and their class is known. The
     post-processing is the op itself (fused by TensorFlow's converter from an
-    ``experimental_implements`` function), with fast (class-agnostic) NMS.
+    ``experimental_implements`` function), with fast (class-agnostic) NMS. ``uint8_input``: the
+    input is uint8 pixels cast and scaled inside, as EfficientDet-Lite exports take them.
     """
     import tempfile
 
@@ -173,8 +174,11 @@ def ssd_postprocess_tflite(path: str | Path, seed: int = 3) -> Path:
     def postprocess(box_encodings, class_predictions, anchor_boxes):  # the converter puts the op here
         return (tf.zeros([1, 10, 4]), tf.zeros([1, 10]), tf.zeros([1, 10]), tf.zeros([1]))
 
-    @tf.function(input_signature=[tf.TensorSpec([1, size, size, 3], tf.float32, name="image")])
+    @tf.function(input_signature=[tf.TensorSpec([1, size, size, 3], tf.uint8 if uint8_input else tf.float32,
+                                                 name="image")])
     def serve(image):
+        if uint8_input:
+            image = tf.cast(image, tf.float32) / 255.0
         x = tf.nn.relu(tf.nn.conv2d(image, w1, 2, "SAME"))
         x = tf.nn.relu(tf.nn.conv2d(x, w2, 2, "SAME"))
         boxes = tf.reshape(tf.nn.conv2d(x, wb, 1, "SAME"), [1, n, 4])

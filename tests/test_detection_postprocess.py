@@ -34,7 +34,8 @@ def op_detections(model_path, frame: np.ndarray) -> list[tuple[int, float, np.nd
 
     it = Interpreter(model_path=str(model_path))
     it.allocate_tensors()
-    it.set_tensor(it.get_input_details()[0]["index"], (frame / 255.0).astype(np.float32)[None])
+    inp = it.get_input_details()[0]
+    it.set_tensor(inp["index"], frame[None] if inp["dtype"] == np.uint8 else (frame / 255.0).astype(np.float32)[None])
     it.invoke()
     out = {d["name"]: it.get_tensor(d["index"]) for d in it.get_output_details()}
     boxes, classes, scores, count = (out[f"PartitionedCall:{i}"] for i in range(4))
@@ -197,3 +198,23 @@ def test_edge_sdk_run_lists_the_heads_detections(converted, tmp_path, capsys):
     assert main(["run", str(folder), "--input", str(tmp_path / "frame.png")]) == 0
     text = capsys.readouterr().out
     assert f"detections (boxes-scores head, in the image's pixels): {len(want)}" in text
+
+
+def test_a_uint8_input_model_takes_pixels_as_they_are(ssd, tmp_path, capsys):
+    """EfficientDet-Lite-style: uint8 pixels cast inside. An image folder needs no --preprocess (the
+    default 0..1 scaling would not fit a uint8 input); a mean/std is refused with what to do."""
+    root, _ = ssd
+    model = ssd_postprocess_tflite(tmp_path / "u8.tflite", uint8_input=True)
+    summary = edge_sdk.convert(str(model), ["arm-cpu"], tmp_path / "out", calib=root / "calib", progress=None)
+    assert {o.format for o in summary.profiles[0].outcomes if o.status == "published"} == {"tflite-int8", "onnx-qdq"}
+    spec = read_manifest(summary.profiles[0].folder).preprocessing.spec
+    assert spec["dtype"] == "uint8" and spec["scale"] == 1.0
+    frames, _ = coloured_squares(6, seed=21)
+    with edge_sdk.load(summary.profiles[0].folder, backend="litert") as m:
+        f1s = [matched_f1(op_detections(model, f), m.infer_image(f).detections) for f in frames]
+    assert float(np.mean(f1s)) >= 0.9, f1s
+    rc = main(["convert", str(model), "--profile", "arm-cpu", "--out", str(tmp_path / "o2"), "--calib",
+               str(root / "calib"), "--preprocess", "mean=127.5,std=127.5,scale=1,layout=NHWC"])
+    err = capsys.readouterr().err
+    assert rc != 0 and "is uint8 (pixels 0..255)" in err and "Drop mean/std" in err and "Traceback" not in err
+    assert not (tmp_path / "o2" / "arm-cpu").exists()
