@@ -80,6 +80,39 @@ def _boxes_scores(names: list[str], source: SourceModel, declared: dict[str, Out
     return {"head": "boxes-scores", "output": boxes, "labels": names, "options": dict(options or {})}
 
 
+def _yolox(text: str, names: list[str], source: SourceModel, declared: dict[str, OutputKind]) -> dict[str, Any]:
+    """A ``yolox`` head checked against the source: ``[1, N, 5 + C]`` with N the strides' cells on
+    the input; records strides and input size, declares boxes, objectness and class scores."""
+    from edge_sdk.detect import YOLOX_STRIDES, as_head, yolox_grid
+
+    h = as_head(text)
+    assert h is not None
+    out = source.outputs[0]
+    shape = _static(out.shape)
+    size = h.size or _input_size(source)
+    if len(shape) != 3 or min(shape[1:]) < 6 or size is None:
+        raise InputValidationError(f"--head yolox: output '{out.name}' has shape {out.shape} and the input "
+                                   f"{source.inputs[0].shape if source.inputs else '?'}; expected an image input and "
+                                   "an output [1, cells, 5 + classes].", "Pick the head that matches the model's output layout.")
+    rows, width = (shape[1], shape[2]) if shape[1] > shape[2] else (shape[2], shape[1])
+    strides = h.strides or YOLOX_STRIDES
+    cells = len(yolox_grid(size, strides)[0])
+    if cells != rows:
+        raise InputValidationError(f"--head yolox: strides {list(strides)} on the {size[0]}x{size[1]} input make {cells} "
+                                   f"cells, but output '{out.name}' {out.shape} has {rows} rows.",
+                                   "Give the model's strides: --head yolox:strides=8,16,32,64.")
+    classes = width - 5
+    if names and len(names) != classes:
+        raise InputValidationError(f"--labels has {len(names)} names but output '{out.name}' {out.shape} has {classes} "
+                                   "classes.", "Give one name per class, in class-index order.")
+    if out.name not in declared:
+        axis = 2 if shape[2] == width else 1
+        declared[out.name] = parse_declaration(
+            f"{out.name}:packed:axis={axis},boxes=0-4,objectness=4-5,scores=5-{5 + classes}")[1]
+    return {"head": "yolox", "output": out.name, "labels": names,
+            "options": {"strides": list(strides), "size": list(size)}}
+
+
 def postprocess(head, labels, source: SourceModel, declared: dict[str, OutputKind],
                 options: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """``--head``/``--labels`` checked against the source's outputs; a yolov8 or yolov5 head
@@ -105,6 +138,8 @@ def postprocess(head, labels, source: SourceModel, declared: dict[str, OutputKin
         return _ssd(text, names, source)
     if name == "boxes-scores":
         return _boxes_scores(names, source, declared, options)
+    if name == "yolox":
+        return _yolox(text, names, source, declared)
     out = source.outputs[0]
     shape = _static(out.shape)
     # yolov8: [1, 4 + C, anchors] (or transposed), anchors the long axis; yolov5: [1, anchors, 5 + C]

@@ -6,6 +6,8 @@
   :class:`Detection` objects, class-aware NMS, boxes mapped back to the original frame's pixels
   through the preprocessing's :class:`~edge_sdk.preprocess.ImageTransform`.
 * :func:`decode_yolov5`: YOLOv5-style ``[1, N, 5 + C]`` (objectness times class score).
+* :func:`decode_yolox`: YOLOX exported without its decoding (``[1, N, 5 + C]``: grid offsets and
+  log sizes per stride, objectness, class scores), decoded over the strides' grids.
 * :func:`decode_ssd`: SSD / BlazeFace / BlazePalm box regressions ``[1, N, 4 + 2K]`` and class
   scores or logits ``[1, N, C]`` against generated anchors (:mod:`edge_sdk.anchors`).
 * :func:`decode_boxes_scores`: decoded boxes ``[1, N, 4]`` (``x1, y1, x2, y2`` in input pixels)
@@ -27,11 +29,14 @@ import numpy as np
 from .anchors import AnchorSpec, decode_boxes, parse_spec, ssd_anchors
 from .errors import InputValidationError
 
-HEADS: tuple[str, ...] = ("yolov8", "yolov5", "ssd-anchors", "boxes-scores", "classifier", "segmentation")
+HEADS: tuple[str, ...] = ("yolov8", "yolov5", "yolox", "ssd-anchors", "boxes-scores", "classifier", "segmentation")
 #: Heads that produce ``result.detections``.
-DETECTION_HEADS: tuple[str, ...] = ("yolov8", "yolov5", "ssd-anchors", "boxes-scores")
-#: Thresholds a manifest's ``postprocess.options`` may record for a detection head.
-HEAD_OPTIONS: tuple[str, ...] = ("conf", "iou", "max_det", "agnostic")
+DETECTION_HEADS: tuple[str, ...] = ("yolov8", "yolov5", "yolox", "ssd-anchors", "boxes-scores")
+#: What a manifest's ``postprocess.options`` may record for a detection head: thresholds, and a
+#: yolox head's ``strides`` and input ``size`` ``[W, H]``.
+HEAD_OPTIONS: tuple[str, ...] = ("conf", "iou", "max_det", "agnostic", "strides", "size")
+#: YOLOX's strides (P3-P5).
+YOLOX_STRIDES: tuple[int, ...] = (8, 16, 32)
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,8 @@ class Head:
         anchors: The anchor spec of an ``ssd-anchors`` head (:func:`edge_sdk.anchors.parse_spec`).
         agnostic: NMS across classes (a box suppresses overlapping boxes of every class), as
             TensorFlow's fast ``TFLite_Detection_PostProcess`` does; else within each class.
+        strides: A ``yolox`` head's feature strides (default :data:`YOLOX_STRIDES`).
+        size: A ``yolox`` head's input ``(width, height)`` (default: the preprocessing's).
     """
 
     kind: str = "yolov8"
@@ -88,6 +95,8 @@ class Head:
     output: str = ""
     anchors: AnchorSpec | None = None
     agnostic: bool = False
+    strides: tuple[int, ...] = ()
+    size: tuple[int, int] | None = None
 
     def __post_init__(self):
         if self.kind not in HEADS:
@@ -114,6 +123,17 @@ def head_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
             if not isinstance(value, bool):
                 raise InputValidationError(f"Head option agnostic must be true or false, got {value!r}.")
             out[key] = value
+        elif key in ("strides", "size"):
+            items = [v.strip() for v in value.split(",")] if isinstance(value, str) else value
+            try:
+                ints = tuple(int(v) for v in items) if isinstance(items, (list, tuple)) and not any(
+                    isinstance(v, (bool, float)) for v in items) else ()
+            except (TypeError, ValueError):
+                ints = ()
+            if not ints or min(ints) < 1 or (key == "size" and len(ints) != 2) or len(ints) > 8:
+                want = "two integers [W, H]" if key == "size" else "1-8 integers >= 1, e.g. 8,16,32"
+                raise InputValidationError(f"Head option {key} must be {want}, got {value!r}.")
+            out[key] = ints
         elif key == "max_det":
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InputValidationError(f"Head option max_det must be an integer >= 1, got {value!r}.")
@@ -142,6 +162,9 @@ def as_head(head: Any, anchors: Any = None, options: Mapping[str, Any] | None = 
         kind, _, spec = head.partition(":")
         kind = kind.strip().lower()
         opts = head_options(options)
+        if kind == "yolox" and spec:  # yolox:strides=8,16,32[;size=WxH]
+            opts.update(head_options(_yolox_spec(spec)))
+            return Head(kind="yolox", **opts)
         if kind != "ssd-anchors" or not (spec or anchors):
             return Head(kind=head.lower(), **opts)
         a = parse_spec(spec or anchors)
@@ -149,6 +172,19 @@ def as_head(head: Any, anchors: Any = None, options: Mapping[str, Any] | None = 
                                               "iou": Head.iou if a.iou is None else a.iou, **opts})
     raise InputValidationError(f"head= must be a name or an edge_sdk.detect.Head, got {type(head).__name__}.",
                                f"Use one of: {', '.join(HEADS)}.")
+
+
+def _yolox_spec(spec: str) -> dict[str, Any]:
+    """``strides=8,16,32;size=640x640`` as head options."""
+    out: dict[str, Any] = {}
+    for part in (p for p in spec.split(";") if p.strip()):
+        key, eq, value = part.partition("=")
+        key = key.strip().lower()
+        if not eq or key not in ("strides", "size"):
+            raise InputValidationError(f"yolox: unknown or malformed key in {part.strip()!r}.",
+                                       "Write yolox:strides=8,16,32 (and size=WxH where it is not the input's).")
+        out[key] = value.replace("x", ",") if key == "size" else value
+    return out
 
 
 def read_labels(labels: Any) -> list[str] | None:
@@ -286,15 +322,7 @@ def decode_yolov5(output: Any, head: Head | None = None, *, transform=None,
         InputValidationError: the output is not shaped like a YOLOv5 head.
     """
     head = head or Head(kind="yolov5")
-    a = np.asarray(output)
-    if a.ndim == 3 and a.shape[0] == 1:
-        a = a[0]
-    if a.ndim == 2 and (a.shape[1] < 6 or (a.shape[0] >= 6 and a.shape[1] > a.shape[0])):
-        a = a.T  # [5 + C, N] exports; N is taken as the longer axis
-    if a.ndim != 2 or a.shape[1] < 6:
-        raise InputValidationError(f"A yolov5 head needs an output [1, N, 5 + C]; got {list(np.shape(output))}.",
-                                   "Pick the detection output with Head(output=NAME), or another head.")
-    a = a.astype(np.float32, copy=False)
+    a = _yolo_rows(output, "yolov5")
     a = a[a[:, 4] >= head.conf]
     if not len(a):
         return []
@@ -305,6 +333,68 @@ def decode_yolov5(output: Any, head: Head | None = None, *, transform=None,
     cx, cy, w, h = a[keep, 0], a[keep, 1], a[keep, 2], a[keep, 3]
     boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1).astype(np.float64)
     return _finish(boxes, score[keep], cls[keep], head, transform, labels)
+
+
+def _yolo_rows(output: Any, name: str) -> np.ndarray:
+    """``[1, N, 5 + C]`` (or ``[1, 5 + C, N]``) as float32 ``[N, 5 + C]``."""
+    a = np.asarray(output)
+    if a.ndim == 3 and a.shape[0] == 1:
+        a = a[0]
+    if a.ndim == 2 and (a.shape[1] < 6 or (a.shape[0] >= 6 and a.shape[1] > a.shape[0])):
+        a = a.T  # [5 + C, N] exports; N is taken as the longer axis
+    if a.ndim != 2 or a.shape[1] < 6:
+        raise InputValidationError(f"A {name} head needs an output [1, N, 5 + C]; got {list(np.shape(output))}.",
+                                   "Pick the detection output with Head(output=NAME), or another head.")
+    return a.astype(np.float32, copy=False)
+
+
+def yolox_grid(size: tuple[int, int], strides: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """YOLOX's cells for an input ``(width, height)``: ``[N, 2]`` cell ``(x, y)`` and ``[N, 1]`` stride,
+    stride by stride, row-major within each (the order its exporter concatenates the levels in)."""
+    w, h = size
+    cells, steps = [], []
+    for st in strides:
+        yy, xx = np.meshgrid(np.arange(h // st), np.arange(w // st), indexing="ij")
+        cells.append(np.stack([xx.ravel(), yy.ravel()], 1))
+        steps.append(np.full((xx.size, 1), st))
+    return np.concatenate(cells).astype(np.float64), np.concatenate(steps).astype(np.float64)
+
+
+def decode_yolox(output: Any, head: Head | None = None, *, transform=None,
+                 labels: Sequence[str] | None = None) -> list[Detection]:
+    """Decode a YOLOX output exported without its decoding (``decode_in_inference=False``, as
+    YOLOX's own ONNX export and ddddocr's detector are): rows ``[1, N, 5 + C]`` of x, y offsets in
+    cells, log w, h, objectness and C class scores (0..1). Box centre ``(offset + cell) * stride``,
+    size ``exp(log size) * stride``; score objectness x best class score, as :func:`decode_yolov5`.
+
+    Raises:
+        InputValidationError: no input size (neither ``head.size`` nor a transform), or N is not the
+            strides' cell count for that size.
+    """
+    head = head or Head(kind="yolox")
+    a = _yolo_rows(output, "yolox")
+    size = head.size or (transform.input_size if transform is not None else None)
+    if size is None:
+        raise InputValidationError("A yolox head needs the input size to lay out its grid.",
+                                   "Decode through infer_image(), or give Head('yolox', size=(W, H)).")
+    strides = head.strides or YOLOX_STRIDES
+    cells, steps = yolox_grid(size, strides)
+    if len(cells) != len(a):
+        raise InputValidationError(f"yolox: strides {list(strides)} on a {size[0]}x{size[1]} input make {len(cells)} "
+                                   f"cells, but the output has {len(a)} rows.",
+                                   "Give the model's strides: --head yolox:strides=8,16,32,64.")
+    keep = a[:, 4] >= head.conf
+    if not keep.any():
+        return []
+    r, cells, steps = a[keep].astype(np.float64), cells[keep], steps[keep]
+    xy = (r[:, :2] + cells) * steps
+    wh = np.exp(np.clip(r[:, 2:4], -20.0, 20.0)) * steps
+    cls_scores = r[:, 5:] * r[:, 4:5]
+    cls = cls_scores.argmax(axis=1)
+    score = cls_scores[np.arange(len(r)), cls]
+    ok = score >= head.conf
+    boxes = np.concatenate([xy - wh / 2, xy + wh / 2], axis=1)[ok]
+    return _finish(boxes, score[ok], cls[ok], head, transform, labels)
 
 
 def _rows(a: Any) -> np.ndarray:
@@ -483,6 +573,8 @@ def decode(output: Any, head: Head, *, transform=None, labels: Sequence[str] | N
         return decode_yolov8(output, head, transform=transform, labels=labels)
     if head.kind == "yolov5":
         return decode_yolov5(output, head, transform=transform, labels=labels)
+    if head.kind == "yolox":
+        return decode_yolox(output, head, transform=transform, labels=labels)
     hint = f"Use decode_outputs() for {head.kind} (two outputs)." if head.kind in ("ssd-anchors", "boxes-scores") else ""
     raise InputValidationError(f"Head {head.kind!r} does not produce detections from one output.",
                                hint or f"Use one of: {', '.join(DETECTION_HEADS)}.")
@@ -549,4 +641,5 @@ def top_k(scores: Any, k: int = 5, labels: Sequence[str] | None = None) -> list[
 
 __all__ = ["DETECTION_HEADS", "Detection", "HEADS", "HEAD_OPTIONS", "Head", "TopK", "apply_head", "as_head", "box_iou",
            "boxes_scores_outputs", "decode", "decode_boxes_scores", "decode_mask", "decode_outputs", "decode_ssd",
-           "decode_yolov5", "decode_yolov8", "head_options", "label_of", "nms", "ssd_outputs", "read_labels", "top_k"]
+           "decode_yolov5", "decode_yolov8", "decode_yolox", "head_options", "label_of", "nms", "ssd_outputs", "read_labels",
+           "top_k", "YOLOX_STRIDES", "yolox_grid"]

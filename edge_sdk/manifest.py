@@ -133,16 +133,17 @@ class PostprocessSpec:
     """How :meth:`Model.infer_image` decodes the outputs (``convert --head/--labels``); empty: raw outputs.
 
     Attributes:
-        head: ``yolov8``, ``yolov5``, ``ssd-anchors``, ``boxes-scores``, ``classifier``,
+        head: ``yolov8``, ``yolov5``, ``yolox``, ``ssd-anchors``, ``boxes-scores``, ``classifier``,
             ``segmentation`` or ``""`` (none).
         output: The output to decode (``""``: the first; ``ssd-anchors``: the box regressions;
             ``boxes-scores``: the boxes).
         labels: Class names, index order.
         anchors: The complete anchor spec of an ``ssd-anchors`` head (keys of
             :func:`edge_sdk.anchors.parse_spec`, input size and output names filled in); else empty.
-        options: A detection head's thresholds where the model said them (``conf``, ``iou``,
-            ``max_det``, ``agnostic``: those of a ``TFLite_Detection_PostProcess`` the conversion
-            replaced); empty: the head's defaults.
+        options: What a detection head needs beyond its name: thresholds where the model said
+            them (``conf``, ``iou``, ``max_det``, ``agnostic``: those of a
+            ``TFLite_Detection_PostProcess`` the conversion replaced), a ``yolox`` head's
+            ``strides`` and input ``size``; empty: the head's defaults.
     """
 
     head: str = ""

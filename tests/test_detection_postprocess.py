@@ -218,3 +218,27 @@ def test_a_uint8_input_model_takes_pixels_as_they_are(ssd, tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc != 0 and "is uint8 (pixels 0..255)" in err and "Drop mean/std" in err and "Traceback" not in err
     assert not (tmp_path / "o2" / "arm-cpu").exists()
+
+
+def test_yolox_head_options_and_grid():
+    """``yolox:strides=...;size=WxH`` and the manifest's options build the same head; the grid is
+    YOLOX's (stride by stride, row-major), and a row count that does not fit is refused."""
+    from edge_sdk.detect import decode_yolox, yolox_grid
+
+    head = as_head("yolox:strides=8,16;size=64x32")
+    assert (head.kind, head.strides, head.size) == ("yolox", (8, 16), (64, 32))
+    assert as_head("yolox", options={"strides": [8, 16], "size": [64, 32]}) == head
+    cells, steps = yolox_grid((64, 32), (8, 16))
+    assert len(cells) == 8 * 4 + 4 * 2 and cells[:3].tolist() == [[0, 0], [1, 0], [2, 0]] and steps[-1, 0] == 16
+    rows = np.zeros((len(cells), 6), np.float32)
+    rows[9] = [0.5, 0.5, np.log(2), np.log(1), 0.9, 0.8]  # cell (1, 1) of stride 8: centre (12, 12), 16 x 8 px
+    (d,) = decode_yolox(rows[None], head)
+    assert d.box == pytest.approx((4.0, 8.0, 20.0, 16.0)) and d.score == pytest.approx(0.72)
+    with pytest.raises(InputValidationError, match="make 40 cells, but the output has 41 rows"):
+        decode_yolox(np.zeros((1, 41, 6), np.float32), head)
+    with pytest.raises(InputValidationError, match="needs the input size"):
+        decode_yolox(rows[None], Head("yolox"))
+    for bad, match in [("yolox:stride=8", "unknown or malformed key"), ("yolox:strides=8,x", "strides must be"),
+                       ("yolox:size=64", "size must be two integers")]:
+        with pytest.raises(InputValidationError, match=match):
+            as_head(bad)

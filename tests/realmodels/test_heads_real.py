@@ -125,3 +125,47 @@ def test_selfie_mask_comes_back_on_the_frame():
     m = out[0, :, :, 0]
     by_hand = np.asarray(Image.fromarray(m[46:210].astype(np.float32), mode="F").resize((800, 512), Image.BILINEAR))
     assert np.abs(by_hand - mask).mean() < 0.01
+
+
+def test_yolox_head_decodes_ddddocrs_detector_like_its_own_decoder():
+    """ddddocr's YOLOX (raw grid offsets, log sizes, objectness, a class score; [1, 3549, 6]) through
+    ``--head yolox``: convert's check records strides and input size and declares the packed
+    output; the product's decoder gives the boxes the task check's hand-written decoder gives, and
+    mapped through a letterbox transform they land on the frame."""
+    import onnxruntime as ort
+
+    from edge_sdk.converters.heads import postprocess
+    from edge_sdk.converters.sources import read_source
+    from edge_sdk.errors import InputValidationError
+
+    path = fetch("common_det.onnx")
+    declared: dict = {}
+    post = postprocess("yolox", None, read_source(path), declared)
+    assert post["options"] == {"strides": [8, 16, 32], "size": [416, 416]} and post["output"] == "output"
+    assert [(g.name, g.kind) for g in declared["output"].groups] == [("boxes", "boxes"), ("objectness", "objectness"),
+                                                                     ("scores", "scores")]
+    with pytest.raises(InputValidationError, match="make 14196 cells, but output .output."):
+        postprocess("yolox:strides=4,8,16", None, read_source(path), {})
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    head = as_head("yolox", options={**post["options"], "conf": 0.3, "agnostic": True})
+    found = 0
+    for x in data.captcha_scenes(6, seed=11):
+        out = session.run(None, {"images": x[None]})[0]
+        want_boxes, want_scores = tasks.decode_yolox(out, 416, thr=0.3)
+        got = decode_outputs({"output": out}, head)
+        assert len(got) == len(want_boxes)
+        np.testing.assert_allclose(np.reshape([d.box for d in got], (-1, 4)), want_boxes * 416, atol=1e-3)
+        np.testing.assert_allclose([d.score for d in got], want_scores, atol=1e-6)
+        found += len(got)
+    assert found >= 6, "the detector should find letters"
+    # the same rows seen through a letterbox of a 300x500 frame: boxes come back in frame pixels
+    spec = pp.PreprocessSpec(size=[416, 416], resize="letterbox", layout="NCHW", color="BGR", scale=1.0, pad_value=0)
+    frame = np.random.default_rng(3).integers(0, 255, (300, 500, 3), np.uint8)
+    x, transform = pp.apply_with_transform(frame, spec)
+    out = session.run(None, {"images": x})[0]
+    inputs = decode_outputs({"output": out}, head)
+    framed = decode_outputs({"output": out}, head, transform=transform)
+    assert len(framed) == len(inputs)
+    for a, b in zip(inputs, framed):
+        np.testing.assert_allclose(b.box, np.clip(transform.to_frame(np.array([a.box]))[0], 0, [500, 300, 500, 300]),
+                                   atol=1e-3)
