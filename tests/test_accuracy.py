@@ -379,6 +379,20 @@ def test_ctc_sequence_is_judged_by_token_error_rate():
     assert edit_distance([1, 2, 3], [1, 3]) == 1 and edit_distance([], [4, 4]) == 2 and edit_distance([1, 2], [2, 1]) == 2
 
 
+def test_time_major_ctc_logits_are_a_sequence():
+    """A CRNN exported time-major ([T, 1, C] raw logits, ddddocr's OCR) has no softmax to say
+    "sequence": the greedy path mostly on one class (the blank) says it. The same logits with no
+    dominant class, or batch-first [1, T, C] (a detector's query list looks alike), stay as before."""
+    paths = np.stack([p[0] for p in _ctc_paths(n=8, steps=24, classes=60)])  # [8, 24, 60] probabilities
+    logits = (np.log(paths) * 3.0)[:, :, None, :].astype(np.float32)  # [8, T=24, 1, C=60] signed logits
+    kind = from_values(logits, [24, 1, 60])
+    assert (kind.kind, kind.blank, kind.axis) == ("sequence", 0, -1) and "CTC logits" in kind.reason
+    noise = RNG.normal(0, 1, logits.shape).astype(np.float32)
+    assert from_values(noise, [24, 1, 60]).kind != "sequence"
+    assert from_values(logits[:, :, 0][:, None], [1, 24, 60]).kind != "sequence"
+    assert from_values(logits[:, :2], [2, 1, 60]).kind != "sequence"  # too few steps
+
+
 def test_sequence_without_blank_is_judged_step_by_step():
     ref = _ctc_paths()
     kind = OutputKind("sequence", axis=-1, blank=None)

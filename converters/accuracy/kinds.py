@@ -217,6 +217,9 @@ def from_values(r: np.ndarray, shape: list[int]) -> OutputKind | None:
         return OutputKind("scores", axis=-1, source="values", reason="probabilities summing to 1 along the last axis")
     last = shape[-1] if rank else 1
     positions = int(np.prod(shape[1:-1])) if rank >= 2 else 1
+    ctc = _time_major_ctc(r, shape)
+    if ctc is not None:
+        return ctc
     if last == 1 and positions >= MIN_POSITIONS:
         if in01:
             return OutputKind("scores", axis=-1, source="values", reason="one probability per position")
@@ -243,6 +246,30 @@ def from_values(r: np.ndarray, shape: list[int]) -> OutputKind | None:
     if rank >= 3 and positions >= MIN_POSITIONS and last >= 2:
         return OutputKind("regression", source="values", reason=f"{last} values per position (e.g. box/keypoint offsets)")
     return None
+
+
+#: Share of all steps a CTC blank takes at least (the greedy path is mostly blank between tokens).
+CTC_BLANK_SHARE = 0.3
+
+
+def _time_major_ctc(r: np.ndarray, shape: list[int]) -> OutputKind | None:
+    """``[T, 1, C]`` per-step class logits with the batch in the middle, as a recurrent CRNN exports
+    them (PyTorch's time-major LSTM: ddddocr's OCR), read as a CTC sequence: 4..400 steps, 10+
+    classes, and one class (the blank) the greedy path takes at ``CTC_BLANK_SHARE`` of all steps
+    and in every sample, with other classes between. Without the layout a ``[1, T, C]`` output of
+    logits could as well be a detector's query list, whose "no object" class dominates too."""
+    if len(shape) != 3 or shape[1] != 1 or not 4 <= shape[0] <= MAX_SEQUENCE_STEPS or shape[2] < 10:
+        return None
+    path = np.argmax(r, axis=-1).reshape(r.shape[0], -1)  # [samples, T]
+    counts = np.bincount(path.ravel(), minlength=shape[2])
+    blank = int(np.argmax(counts))
+    share = counts[blank] / path.size
+    tokens = np.count_nonzero(path != blank, axis=1)
+    if share < CTC_BLANK_SHARE or not (path == blank).any(axis=1).all() or tokens.mean() < 1:
+        return None
+    return OutputKind("sequence", axis=-1, blank=blank, source="values",
+                      reason=f"[T={shape[0]}, 1, C={shape[2]}] per-step classes (time-major) whose greedy path is class "
+                             f"{blank} at {share:.0%} of steps with {tokens.mean():.1f} other steps per sample: CTC logits")
 
 
 def infer_blank(r: np.ndarray, kind: OutputKind) -> int | None:
