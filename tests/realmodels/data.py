@@ -329,6 +329,36 @@ def wake_features(n: int, seed: int = 0) -> np.ndarray:
     return np.stack([e[s:s + 16] for s in starts]).astype(np.float32)
 
 
+def text_captchas(n: int, seed: int = 0, width: int = 192) -> np.ndarray:
+    """ddddocr's OCR input: 4-6 letters and digits (Pillow's font, 34-46 px, dark random colours)
+    on a light random background crossed by 30 thin random lines, 64 px high.
+
+    Returns:
+        ``[n, 1, 1, 64, width]`` float32 grey in 0..1 (ddddocr's preprocessing: grey, / 255).
+    """
+    import string
+
+    Image, ImageDraw, _, ImageFont = _pil()
+    rng = np.random.default_rng(seed)
+    chars = list(string.ascii_letters + string.digits)
+    out = np.empty((n, 1, 1, 64, width), np.float32)
+    for i in range(n):
+        im = Image.new("RGB", (width, 64), tuple(int(v) for v in rng.integers(150, 256, 3)))
+        draw = ImageDraw.Draw(im)
+        for _ in range(30):
+            x1, x2 = (int(v) for v in rng.integers(0, width, 2))
+            y1, y2 = (int(v) for v in rng.integers(0, 64, 2))
+            draw.line([x1, y1, x2, y2], fill=tuple(int(v) for v in rng.integers(0, 200, 3)), width=1)
+        x = int(rng.integers(4, 20))
+        for _ in range(int(rng.integers(4, 7))):
+            font = ImageFont.load_default(size=int(rng.integers(34, 46)))
+            draw.text((x, int(rng.integers(0, 12))), str(rng.choice(chars)), font=font,
+                      fill=tuple(int(v) for v in rng.integers(0, 120, 3)))
+            x += int(rng.integers(22, 30))
+        out[i, 0, 0] = np.asarray(im.convert("L"), np.float32) / 255.0
+    return out
+
+
 def captcha_scenes(n: int, seed: int = 0, size: int = 416) -> np.ndarray:
     """ddddocr's click-captcha detector input: square crops of the bundled photos with 0-5 capital
     letters (Pillow's font, 30-70 px, random colours, a contrasting outline) at random places.

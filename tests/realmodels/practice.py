@@ -88,6 +88,8 @@ MEMBERS: dict[str, Member] = {
     # A YOLOX detector (boxes, objectness, one class score in one [1, 3549, 6] output): click-captcha characters.
     "common_det.onnx": Member(*_DDD, "ddddocr/common_det.onnx",
                               "6faa8ea85a8c1a634e5050c4a138fca10f30194e0d7abbe9ade1fcd423af6ed6"),
+    # ddddocr's OCR (its "beta" model): a CRNN whose LSTM PyTorch exported time-major, logits [T, 1, 8210].
+    "common.onnx": Member(*_DDD, "ddddocr/common.onnx", "33b5cd351ee94e73a6bf8fa18c415ed8b819b3ffd342e267c30d8ad8334e34e8"),
     "hey_jarvis_v0.1.onnx": Member(*_OWW, "openwakeword/resources/models/hey_jarvis_v0.1.onnx",
                                    "94a13cfe60075b132f6a472e7e462e8123ee70861bc3fb58434a73712ee0d2cb"),
     "hey_jarvis_v0.1.tflite": Member(*_OWW, "openwakeword/resources/models/hey_jarvis_v0.1.tflite",

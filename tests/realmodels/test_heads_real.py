@@ -169,3 +169,28 @@ def test_yolox_head_decodes_ddddocrs_detector_like_its_own_decoder():
     for a, b in zip(inputs, framed):
         np.testing.assert_allclose(b.box, np.clip(transform.to_frame(np.array([a.box]))[0], 0, [500, 300, 500, 300]),
                                    atol=1e-3)
+
+
+def test_ddddocr_ocr_time_major_logits_are_read_as_a_ctc_sequence():
+    """ddddocr's OCR outputs raw logits [T=24, 1, C=8210] (PyTorch's time-major LSTM, no softmax):
+    the kinds read them as a CTC sequence with blank 0 (they were an 8210-value "embedding" judged by
+    cosine, 0.997 on an OpenVINO candidate whose strings differed)."""
+    import onnxruntime as ort
+
+    from edge_sdk.converters.accuracy import infer_kinds
+    from edge_sdk.converters.sources import read_source
+
+    path = fetch("common.onnx")
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    ref = [{"387": session.run(None, {"input1": x})[0]} for x in data.text_captchas(8, seed=4)]
+    assert ref[0]["387"].shape == (24, 1, 8210)
+    kind = infer_kinds(read_source(path).outputs, ref, None)["387"]
+    assert (kind.kind, kind.blank, kind.source) == ("sequence", 0, "values"), kind
+    tokens = [len(tasks_ctc(r["387"])) for r in ref]
+    assert min(tokens) >= 3 and max(tokens) <= 8, tokens  # the renderer's 4-6 characters, read as tokens
+
+
+def tasks_ctc(logits: np.ndarray) -> list[int]:
+    from edge_sdk.outputs import ctc_collapse
+
+    return ctc_collapse(np.asarray(logits).argmax(-1).ravel(), 0)
