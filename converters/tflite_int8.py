@@ -233,6 +233,19 @@ def _stats(job: ConvertJob, form: Converted) -> dict:
     return shared[key]
 
 
+def output_dtype(job: ConvertJob) -> str:
+    """The dtype the int8 model's float outputs come out in: the profile's, except where an
+    integer-only target's recipe keeps layers float. Those make a CPU tail that computes in float,
+    so its outputs stay float32: quantizing them again would undo the tail. A YOLOv8 output packs
+    pixel boxes (0..520) and scores (0..1); as one uint8 tensor (scale 2.2) every score was 0 on
+    the Edge TPU, whatever the tail kept float."""
+    q, recipe = job.profile.quantization, job.recipe
+    if q.output_dtype != "float32" and (recipe.float_nodes or recipe.float_ops) \
+            and tflite_config(job.profile).float_only_in_cpu_tail:
+        return "float32"
+    return q.output_dtype
+
+
 def _quantize(job: ConvertJob, form: Converted) -> bytes:
     from .tflite_native import apply_stats, delay_float_ops, quantize
 
@@ -243,7 +256,7 @@ def _quantize(job: ConvertJob, form: Converted) -> bytes:
     calibrated = apply_stats(form.model, _stats(job, form), method)
     model = quantize(calibrated, per_tensor=q.weights == "per-tensor", per_tensor_dense=q.dense == "per-tensor",
                      input_dtype=q.input_dtype,
-                     output_dtype=q.output_dtype, float_nodes=recipe.float_nodes, float_ops=recipe.float_ops,
+                     output_dtype=output_dtype(job), float_nodes=recipe.float_nodes, float_ops=recipe.float_ops,
                      log=Path(job.scratch) / "tflite_quantizer.log")
     if tflite_config(job.profile).float_only_in_cpu_tail:
         # What the accelerator cannot run, as late as the graph allows: the part before it maps.
@@ -449,13 +462,13 @@ def convert(job: ConvertJob) -> FormatResult:
     inputs = _io_specs(model, job.source.inputs, converted, "inputs")
     outputs = _io_specs(model, job.source.outputs, converted, "outputs")
     _check_io_dtypes(inputs, job.source.inputs, q.input_dtype, "inputs")
-    _check_io_dtypes(outputs, job.source.outputs, q.output_dtype, "outputs")
+    _check_io_dtypes(outputs, job.source.outputs, output_dtype(job), "outputs")
     result = FormatResult(
         model_file=MODEL_FILE, inputs=inputs, outputs=outputs, precision="int8",
         tools={**converted.tools, **_tool_versions("tensorflow")}, warnings=list(converted.warnings),
         route=f"{converted.route} -> LiteRT calibration -> MLIR quantizer int8 ({job.recipe.method(job.profile)})",
         # Namespaced: the pipeline merges the backend options of all of a profile's formats.
-        backend_options={"tflite": {"weights": q.weights, "dense_weights": q.dense, "io_dtypes": [q.input_dtype, q.output_dtype],
+        backend_options={"tflite": {"weights": q.weights, "dense_weights": q.dense, "io_dtypes": [q.input_dtype, output_dtype(job)],
                                     "calibration_method": job.recipe.method(job.profile),
                                     "float_nodes": list(job.recipe.float_nodes)}},
     )

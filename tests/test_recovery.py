@@ -124,6 +124,28 @@ def test_collapsed_packed_head_recovered_by_keeping_its_concat_float(tmp_path):
     assert scores["positive_f1"] >= 0.9 and "collapsed" not in scores
 
 
+def test_edge_tpu_cpu_tail_keeps_float_outputs(tmp_path):
+    """A YOLOv8-style output packs pixel boxes (0..320) and 0..1 scores. On the Edge TPU the model's
+    output was uint8 whatever the recipe kept float: one scale zeroed every score, so no CPU tail
+    could pass (a trained YOLOv8n: every candidate failed with the same figures, Coral published
+    nothing). A CPU tail's outputs now stay float32: recovery's tail brings the scores back."""
+    model = yolo_like_onnx(tmp_path / "yolo.onnx")
+    np.savez(tmp_path / "calib.npz", images=yolo_feeds(60, seed=5))
+    np.savez(tmp_path / "val.npz", images=yolo_feeds(30, seed=3))
+    # this two-conv stand-in's boxes may miss the p99 rule on the TPU whatever is float: judged apart below
+    s = edge_sdk.convert(model, "coral-edgetpu", tmp_path / "out", calib=tmp_path / "calib.npz",
+                         validation=tmp_path / "val.npz", allow_accuracy_drop=True, progress=None)
+    m = read_manifest(s.profiles[0].folder, allow_unpublished=True)
+    rec = m.backend_options["recovery"]["tflite-int8"]
+    assert "collapsed" in rec["steps"][0]["figures"]  # the baseline, all int8 with a uint8 output: scores gone
+    assert rec["recipe"]["float_nodes"] or rec["recipe"]["float_ops"]
+    assert [o.dtype for o in m.outputs] == ["float32"] and m.backend_options["tflite"]["io_dtypes"] == ["uint8", "float32"]
+    assert [i.dtype for i in m.inputs] == ["uint8"]  # the input is still the TPU's
+    scores = m.accuracy["formats"]["tflite-int8"]["outputs"]["output0"]["groups"]["scores"]
+    assert scores["passed"] and scores["positive_f1"] >= 0.9 and "collapsed" not in scores, json.dumps(scores)
+    assert 0.0 < m.backend_options["edgetpu_precheck"]["tpu_fraction"] < 1.0  # the convolutions map; the head is the tail
+
+
 def test_edge_tpu_float_layers_only_as_a_cpu_tail(outlier, tmp_path):
     # what is checked is where the tail starts, not the gate (the outlier layer stays int8 here)
     s = edge_sdk.convert(outlier["model"], "coral-edgetpu", tmp_path / "out", recover="off", float_nodes=["SOFTMAX"],
