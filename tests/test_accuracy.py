@@ -379,6 +379,26 @@ def test_ctc_sequence_is_judged_by_token_error_rate():
     assert edit_distance([1, 2, 3], [1, 3]) == 1 and edit_distance([], [4, 4]) == 2 and edit_distance([1, 2], [2, 1]) == 2
 
 
+def test_a_classifiers_raw_logits_are_logits_not_an_embedding():
+    """ResNet/MobileNet exported without their softmax end in a Gemm: [1, 1000] signed values. Read
+    as an embedding they were judged by cosine, which stays high while the top class flips; a top
+    value standing far above the rest says logits. Roughly normal embeddings and pooled (>= 0)
+    features are not logits."""
+    logits = RNG.normal(0, 2.0, (12, 1, 1000))
+    logits[np.arange(12), 0, RNG.integers(0, 1000, 12)] += RNG.uniform(14, 22, 12)
+    kind = from_values(logits, [1, 1000])
+    assert (kind.kind, kind.activation) == ("logits", "softmax") and "raw logits" in kind.reason
+    flipped = logits.copy()
+    for k in range(4):  # the runner-up overtakes the top class in 4 of 12 samples: cosine still ~0.99
+        top = flipped[k, 0].argmax()
+        flipped[k, 0, (top + 1) % 1000] = flipped[k, 0, top] + 0.5
+    m = evaluate_output(list(logits), list(flipped), kind, SPEC)
+    assert not m["passed"] and m["top1_agreement"] == pytest.approx(8 / 12, abs=1e-6)
+    assert from_values(RNG.normal(0, 1, (12, 1, 512)), [1, 512]).kind == "embedding"
+    pooled = RNG.exponential(1.0, (12, 1, 1280)) ** 3  # heavy-tailed, non-negative features
+    assert from_values(pooled, [1, 1280]).kind != "logits"
+
+
 def test_time_major_ctc_logits_are_a_sequence():
     """A CRNN exported time-major ([T, 1, C] raw logits, ddddocr's OCR) has no softmax to say
     "sequence": the greedy path mostly on one class (the blank) says it. The same logits with no

@@ -242,10 +242,42 @@ def from_values(r: np.ndarray, shape: list[int]) -> OutputKind | None:
                 if float(np.mean(xy > 0)) >= 0.95 and float(np.ptp(xy)) > 1.0:
                     return OutputKind("landmarks", source="values",
                                       reason=f"{last // dims} points of {dims} values with positive x, y: coordinates")
+        peaky = _class_logits(r, last)
+        if peaky is not None:
+            return peaky
         return OutputKind("embedding", source="values", reason=f"a signed {last}-value vector")
     if rank >= 3 and positions >= MIN_POSITIONS and last >= 2:
         return OutputKind("regression", source="values", reason=f"{last} values per position (e.g. box/keypoint offsets)")
     return None
+
+
+#: A classifier's raw logits: its top value stands this many standard deviations above the rest...
+LOGIT_TOP_Z = 5.0
+#: ...in at least this share of the samples (an embedding's largest of 96-2048 roughly normal
+#: values sits 3-4 above; openWakeWord's 96-value embedding: 2.8-4.5).
+LOGIT_TOP_SHARE = 0.75
+
+
+def _class_logits(r: np.ndarray, last: int) -> OutputKind | None:
+    """One vector per sample whose largest value stands far above the others in most samples, with
+    negative values beside it: a classifier's raw logits (a ResNet or MobileNet exported without its
+    softmax), judged by top-1 agreement and softmax scores rather than by cosine as an embedding,
+    which stays high while the top class flips. Pooled features (all >= 0) are left as embeddings."""
+    if last < 10:
+        return None
+    v = r.reshape(r.shape[0], -1).astype(np.float64)
+    if v.shape[1] != last or float(np.mean(v < 0)) < 0.1:
+        return None
+    top = v.argmax(axis=1)
+    rest = np.where(np.arange(last)[None] == top[:, None], np.nan, v)
+    spread = np.nanstd(rest, axis=1)
+    z = (v.max(axis=1) - np.nanmean(rest, axis=1)) / np.where(spread > 0, spread, np.inf)
+    share = float(np.mean(z >= LOGIT_TOP_Z))
+    if share < LOGIT_TOP_SHARE:
+        return None
+    return OutputKind("logits", axis=-1, activation="softmax", source="values",
+                      reason=f"{last} signed values whose top one stands {float(np.median(z)):.1f} standard deviations "
+                             f"above the rest (median; >= {LOGIT_TOP_Z:g} in {share:.0%} of samples): a classifier's raw logits")
 
 
 #: Share of all steps a CTC blank takes at least (the greedy path is mostly blank between tokens).
