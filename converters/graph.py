@@ -20,7 +20,8 @@ _TFLITE_AS_ONNX = {
     "DEQUANTIZE": "Identity", "QUANTIZE": "Identity", "CAST": "Cast", "L2_NORMALIZATION": "LpNormalization",
     "HARD_SWISH": "HardSwish", "CONV_2D": "Conv", "DEPTHWISE_CONV_2D": "Conv", "FULLY_CONNECTED": "Gemm",
     "TRANSPOSE_CONV": "ConvTranspose", "ADD": "Add", "MUL": "Mul", "SUB": "Sub", "DIV": "Div", "ARG_MAX": "ArgMax",
-    "TANH": "Tanh", "RELU": "Relu", "RELU6": "Clip", "DENSIFY": "Identity",
+    "TANH": "Tanh", "RELU": "Relu", "RELU6": "Clip", "DENSIFY": "Identity", "MEAN": "ReduceMean",
+    "AVERAGE_POOL_2D": "AveragePool",
 }
 #: Ops that move or relabel values without computing new ones.
 TRANSPARENT = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Cast", "Flatten"}

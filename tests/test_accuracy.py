@@ -399,6 +399,24 @@ def test_a_classifiers_raw_logits_are_logits_not_an_embedding():
     assert from_values(pooled, [1, 1280]).kind != "logits"
 
 
+def test_pooled_features_at_the_tail_are_an_embedding():
+    """A backbone's feature vector (ReLU, global average pool, flatten: [1, 1280], all >= 0) is an
+    embedding by the graph; by values alone its positive pairs read as landmark points."""
+    from onnx import TensorProto, helper
+
+    from edge_sdk.converters.graph import from_onnx
+
+    nodes = [helper.make_node("Relu", ["x"], ["h"]), helper.make_node("GlobalAveragePool", ["h"], ["p"]),
+             helper.make_node("Flatten", ["p"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1280, 7, 7])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1280])])
+    graph = from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    pooled = RNG.exponential(1.0, (6, 1, 1280)) ** 3
+    assert from_values(pooled, [1, 1280]).kind == "landmarks"  # what values alone say
+    kinds = infer_kinds([TensorSpec("y", [1, 1280], "float32")], [{"y": p} for p in pooled], graph)
+    assert (kinds["y"].kind, kinds["y"].source) == ("embedding", "graph") and "GlobalAveragePool" in kinds["y"].reason
+
+
 def test_time_major_ctc_logits_are_a_sequence():
     """A CRNN exported time-major ([T, 1, C] raw logits, ddddocr's OCR) has no softmax to say
     "sequence": the greedy path mostly on one class (the blank) says it. The same logits with no

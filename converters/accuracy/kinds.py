@@ -83,6 +83,9 @@ def from_graph(graph: GraphView, name: str, shape: list[int]) -> OutputKind | No
         return OutputKind("scores", axis=-1, source="graph", reason=f"{node.native or node.op} at the tail")
     if node.op == "LpNormalization":
         return OutputKind("embedding", source="graph", reason="L2 normalisation at the tail")
+    if node.op in ("GlobalAveragePool", "ReduceMean", "GlobalMaxPool", "AveragePool") and int(np.prod(shape[1:])) == max(shape[1:] or [0]) >= 16:
+        # features pooled into one vector (a backbone's "feature vector" head): not points, not classes
+        return OutputKind("embedding", source="graph", reason=f"{node.native or node.op} pooling features into one vector")
     if node.op == "Concat" and not reshaped and rank:
         return _packed_from_concat(graph, node, shape)
     return None
