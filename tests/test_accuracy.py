@@ -417,6 +417,29 @@ def test_pooled_features_at_the_tail_are_an_embedding():
     assert (kinds["y"].kind, kinds["y"].source) == ("embedding", "graph") and "GlobalAveragePool" in kinds["y"].reason
 
 
+def test_class_logits_beside_box_regressions_are_logits():
+    """An SSD or DETR-style head exported without its post-processing: boxes [1, N, 4] and class
+    logits [1, N, C], two per-position outputs that values alone read as regressions. Beside the
+    boxes the other is class logits (softmax where one column, a background, is most positions'
+    argmax; sigmoid otherwise), and the boxes are judged where those classes are confident."""
+    n, c = 300, 21
+    boxes = RNG.normal(0, 1.5, (6, 1, n, 4))
+    soft = RNG.normal(0, 1, (6, 1, n, c))
+    soft[..., 0] += 4.0  # background wins at most anchors
+    soft[:, :, :20, 5] += 9.0  # a few anchors see class 5
+    sig = RNG.normal(-4, 1, (6, 1, n, c))
+    sig[:, :, :20, 3] += 8.0
+    for logits, act in ((soft, "softmax"), (sig, "sigmoid")):
+        kinds = infer_kinds([TensorSpec("boxes", [1, n, 4], "float32"), TensorSpec("cls", [1, n, c], "float32")],
+                            [{"boxes": b, "cls": k} for b, k in zip(boxes, logits)], None)
+        assert (kinds["cls"].kind, kinds["cls"].activation) == ("logits", act), kinds["cls"]
+        assert kinds["boxes"].kind == "boxes" and "confident" in kinds["boxes"].reason
+    # two box-like outputs of 4 stay as they were
+    kinds = infer_kinds([TensorSpec("a", [1, n, 4], "float32"), TensorSpec("b", [1, n, 4], "float32")],
+                        [{"a": b, "b": b * 2} for b in boxes], None)
+    assert kinds["a"].kind == kinds["b"].kind == "regression"
+
+
 def test_time_major_ctc_logits_are_a_sequence():
     """A CRNN exported time-major ([T, 1, C] raw logits, ddddocr's OCR) has no softmax to say
     "sequence": the greedy path mostly on one class (the blank) says it. The same logits with no

@@ -315,6 +315,33 @@ def infer_blank(r: np.ndarray, kind: OutputKind) -> int | None:
     return int(values[best]) if counts[best] >= 0.3 * path.size else None
 
 
+#: Share of positions whose argmax is one column, for that column to be a softmax head's background.
+BACKGROUND_SHARE = 0.5
+
+
+def _classes_beside_boxes(kinds: dict[str, OutputKind], shapes: dict[str, list[int]], refs: dict[str, np.ndarray]) -> None:
+    """Two per-position outputs over the same positions, one of 4 values (box regressions), the
+    other of C >= 2 unbounded values: the other is class logits (an SSD or DETR-style head exported
+    without its post-processing), not a regression judged by its range. Softmax when one column is
+    the argmax at most positions (a background or "no object" class), else sigmoid."""
+    plain = [n for n, k in kinds.items() if k.kind == "regression" and k.source != "declared"]
+    for box in [n for n in plain if shapes[n][-1] == 4]:
+        for name in plain:
+            s, b = shapes[name], shapes[box]
+            if name == box or len(s) != len(b) or s[:-1] != b[:-1] or s[-1] < 2 or s[-1] == 4 or refs.get(name) is None:
+                continue
+            r = refs[name]
+            counts = np.bincount(np.argmax(r, axis=-1).ravel(), minlength=s[-1])
+            top = int(np.argmax(counts))
+            share = float(counts[top] / max(counts.sum(), 1))
+            softmax = share >= BACKGROUND_SHARE
+            kinds[name] = OutputKind(
+                "logits", axis=-1, activation="softmax" if softmax else "sigmoid", source="values",
+                reason=f"{s[-1]} unbounded values per position beside '{box}' (4 per position, the same positions): "
+                       "class logits" + (f"; column {top} is the argmax at {share:.0%} of positions: a softmax's "
+                                         "background" if softmax else ", one sigmoid per class"))
+
+
 def _boxes_beside_scores(kinds: dict[str, OutputKind], shapes: dict[str, list[int]]) -> None:
     """A per-position regression beside per-position scores with the same positions: boxes."""
     scored = [shapes[n] for n, k in kinds.items() if k.kind in ("scores", "logits")]
@@ -425,6 +452,7 @@ def infer_kinds(outputs: list[TensorSpec], reference: list[dict[str, np.ndarray]
         if kind.kind == "sequence" and kind.blank is None and kind.source != "declared" and r.size:
             kind.blank = infer_blank(r, kind)
         kinds[spec.name] = kind
+    _classes_beside_boxes(kinds, shapes, refs)
     _boxes_beside_scores(kinds, shapes)
     _distributions(kinds, refs)  # bins = last axis // 4: they fit by construction
     _world_beside_landmarks(kinds, shapes)
