@@ -113,6 +113,19 @@ def _yolox(text: str, names: list[str], source: SourceModel, declared: dict[str,
             "options": {"strides": list(strides), "size": list(size)}}
 
 
+def _end2end(names: list[str], source: SourceModel, declared: dict[str, OutputKind]) -> dict[str, Any]:
+    """An ``end2end`` head checked against the source (``[1, K, 6+]`` rows); declares the output a
+    detection list for the gate. Labels cannot be counted against the model (class ids are values)."""
+    out = source.outputs[0]
+    shape = _static(out.shape)
+    if len(shape) not in (2, 3) or shape[-1] < 6:
+        raise InputValidationError(f"--head end2end: output '{out.name}' has shape {out.shape}; expected [1, K, 6+] "
+                                   "rows of x1, y1, x2, y2, score, class.", "Pick the head that matches the model's output layout.")
+    if out.name not in declared:
+        declared[out.name] = OutputKind("detections", source="declared", reason="--head end2end")
+    return {"head": "end2end", "output": out.name, "labels": names}
+
+
 def postprocess(head, labels, source: SourceModel, declared: dict[str, OutputKind],
                 options: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """``--head``/``--labels`` checked against the source's outputs; a yolov8 or yolov5 head
@@ -140,6 +153,8 @@ def postprocess(head, labels, source: SourceModel, declared: dict[str, OutputKin
         return _boxes_scores(names, source, declared, options)
     if name == "yolox":
         return _yolox(text, names, source, declared)
+    if name == "end2end":
+        return _end2end(names, source, declared)
     out = source.outputs[0]
     shape = _static(out.shape)
     # yolov8: [1, 4 + C, anchors] (or transposed), anchors the long axis; yolov5: [1, anchors, 5 + C]

@@ -41,7 +41,7 @@ from .errors import ConversionError
 @click.option("--stream", "streams", multiple=True, metavar="OUT:IN[,OUT:IN]",
               help="Recurrent state: output OUT is fed back as input IN at the next step (e.g. stateN:state); "
                    "calibration and the gate run each sample as a sequence. Repeatable.")
-@click.option("--head", default=None, metavar="yolov8|yolov5|yolox[:SPEC]|ssd-anchors:SPEC|boxes-scores|classifier|segmentation",
+@click.option("--head", default=None, metavar="yolov8|yolov5|yolox[:SPEC]|ssd-anchors:SPEC|boxes-scores|end2end|classifier|segmentation",
               help="How the device decodes the outputs (recorded in the manifest: infer_image(...).detections or "
                    ".mask). SPEC: key=value;... or a JSON file (docs/heads.md). A TFLite model ending in "
                    "TFLite_Detection_PostProcess gets boxes-scores with the op's thresholds.")

@@ -13,6 +13,8 @@
 * :func:`decode_boxes_scores`: decoded boxes ``[1, N, 4]`` (``x1, y1, x2, y2`` in input pixels)
   beside class scores ``[1, N, C]`` (what ``convert`` makes of TensorFlow's
   ``TFLite_Detection_PostProcess``, and pre-NMS exports of that layout).
+* :func:`decode_end2end`: a detection list ``[1, K, 6+]`` (``x1, y1, x2, y2, score, class`` in
+  input pixels: NMS inside the model, or an NMS-free end-to-end head such as YOLOv10's).
 * :func:`decode_mask`: a segmentation output as a class-index or probability map over the frame.
 * :class:`Head`: which decoder and its thresholds; ``edge_sdk.load(..., head="yolov8",
   labels=[...])`` attaches one to a model so that ``result.detections`` is filled.
@@ -29,9 +31,10 @@ import numpy as np
 from .anchors import AnchorSpec, decode_boxes, parse_spec, ssd_anchors
 from .errors import InputValidationError
 
-HEADS: tuple[str, ...] = ("yolov8", "yolov5", "yolox", "ssd-anchors", "boxes-scores", "classifier", "segmentation")
+HEADS: tuple[str, ...] = ("yolov8", "yolov5", "yolox", "ssd-anchors", "boxes-scores", "end2end", "classifier",
+                          "segmentation")
 #: Heads that produce ``result.detections``.
-DETECTION_HEADS: tuple[str, ...] = ("yolov8", "yolov5", "yolox", "ssd-anchors", "boxes-scores")
+DETECTION_HEADS: tuple[str, ...] = ("yolov8", "yolov5", "yolox", "ssd-anchors", "boxes-scores", "end2end")
 #: What a manifest's ``postprocess.options`` may record for a detection head: thresholds, and a
 #: yolox head's ``strides`` and input ``size`` ``[W, H]``.
 HEAD_OPTIONS: tuple[str, ...] = ("conf", "iou", "max_det", "agnostic", "strides", "size")
@@ -397,6 +400,32 @@ def decode_yolox(output: Any, head: Head | None = None, *, transform=None,
     return _finish(boxes, score[ok], cls[ok], head, transform, labels)
 
 
+def decode_end2end(output: Any, head: Head | None = None, *, transform=None,
+                   labels: Sequence[str] | None = None) -> list[Detection]:
+    """Decode a detection list ``[1, K, 6+]``: rows ``x1, y1, x2, y2`` (model-input pixels),
+    score, class id, made by NMS inside the model or an NMS-free head. Rows scoring at least
+    ``head.conf`` are kept as they are (no NMS: the model did it), at most ``head.max_det``, and
+    mapped to the frame.
+
+    Raises:
+        InputValidationError: the output is not rows of at least 6 values.
+    """
+    head = head or Head(kind="end2end")
+    a = np.asarray(output, dtype=np.float64)
+    a = a[0] if a.ndim == 3 and a.shape[0] == 1 else a
+    if a.ndim != 2 or a.shape[1] < 6:
+        raise InputValidationError(f"An end2end head needs an output [1, K, 6+] (x1, y1, x2, y2, score, class); got "
+                                   f"{list(np.shape(output))}.", "Pick the detection output with Head(output=NAME).")
+    rows = a[a[:, 4] >= head.conf]
+    rows = rows[np.argsort(-rows[:, 4], kind="stable")][: head.max_det]
+    boxes = rows[:, :4].copy()
+    if transform is not None:
+        boxes = transform.to_frame(boxes, clip=True)
+    cls = np.round(rows[:, 5]).astype(np.int64)
+    return [Detection(label_of(int(c), labels), float(s), tuple(float(v) for v in b), int(c))  # type: ignore[arg-type]
+            for b, s, c in zip(boxes, rows[:, 4], cls)]
+
+
 def _rows(a: Any) -> np.ndarray:
     """``[1, N, D]``, ``[N, D]``, ``[1, N]`` or ``[N]`` as ``[N, D]``."""
     a = np.asarray(a)
@@ -575,6 +604,8 @@ def decode(output: Any, head: Head, *, transform=None, labels: Sequence[str] | N
         return decode_yolov5(output, head, transform=transform, labels=labels)
     if head.kind == "yolox":
         return decode_yolox(output, head, transform=transform, labels=labels)
+    if head.kind == "end2end":
+        return decode_end2end(output, head, transform=transform, labels=labels)
     hint = f"Use decode_outputs() for {head.kind} (two outputs)." if head.kind in ("ssd-anchors", "boxes-scores") else ""
     raise InputValidationError(f"Head {head.kind!r} does not produce detections from one output.",
                                hint or f"Use one of: {', '.join(DETECTION_HEADS)}.")
@@ -641,5 +672,5 @@ def top_k(scores: Any, k: int = 5, labels: Sequence[str] | None = None) -> list[
 
 __all__ = ["DETECTION_HEADS", "Detection", "HEADS", "HEAD_OPTIONS", "Head", "TopK", "apply_head", "as_head", "box_iou",
            "boxes_scores_outputs", "decode", "decode_boxes_scores", "decode_mask", "decode_outputs", "decode_ssd",
-           "decode_yolov5", "decode_yolov8", "decode_yolox", "head_options", "label_of", "nms", "ssd_outputs", "read_labels",
+           "decode_end2end", "decode_yolov5", "decode_yolov8", "decode_yolox", "head_options", "label_of", "nms", "ssd_outputs", "read_labels",
            "top_k", "YOLOX_STRIDES", "yolox_grid"]

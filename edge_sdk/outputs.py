@@ -34,7 +34,7 @@ import numpy as np
 from .errors import InputValidationError
 
 KindName = Literal["scores", "logits", "boxes", "landmarks", "regression", "heatmap", "mask", "embedding",
-                   "sequence", "packed", "tensor"]
+                   "sequence", "packed", "detections", "tensor"]
 Activation = Literal["none", "sigmoid", "softmax"]
 #: What a channel group of a packed output may hold: a kind, or ``objectness`` (one channel whose
 #: product with the class scores beside it is the detection score).
@@ -42,11 +42,11 @@ GroupKind = Literal["scores", "logits", "boxes", "landmarks", "regression", "hea
                     "sequence", "packed", "tensor", "objectness"]
 
 KINDS: tuple[str, ...] = ("scores", "logits", "boxes", "landmarks", "regression", "heatmap", "mask", "embedding",
-                          "sequence", "packed", "tensor")
+                          "sequence", "packed", "detections", "tensor")
 #: Words users type -> the kind they mean.
 ALIASES = {"obj": "objectness", "probs": "scores", "probabilities": "scores", "classes": "scores", "coords": "regression",
            "keypoints": "landmarks", "segmentation": "mask", "features": "embedding", "ctc": "sequence",
-           "generic": "tensor", "raw": "tensor"}
+           "generic": "tensor", "raw": "tensor", "end2end": "detections", "nms": "detections"}
 #: Kinds judged as real-valued coordinates / values.
 REGRESSION_KINDS = ("boxes", "landmarks", "regression")
 #: Kinds judged as spatial maps.
@@ -69,7 +69,8 @@ class OutputKind:
     """What an output means (``manifest.outputs[].kind``).
 
     Attributes:
-        kind: One of :data:`KINDS`.
+        kind: One of :data:`KINDS` (``detections``: a list of rows ``x1, y1, x2, y2, score, class``
+            after NMS or from an NMS-free head, judged by matching rows, not position by position).
         axis: The class / channel axis (scores, logits, sequence, packed groups).
         activation: Applied before comparing or ranking (logits; maps given as logits).
         groups: Channel groups along ``axis`` (``packed`` only).
@@ -207,6 +208,9 @@ def check_fits(name: str, kind: OutputKind, shape: list[int]) -> None:
     if kind.bins and (not rank or shape[-1] % kind.bins):
         raise InputValidationError(f"Output '{name}' of shape {shape}: its last axis does not split into groups of "
                                    f"{kind.bins} bins.", "bins is the number of logits per distance (e.g. 8 for PicoDet).")
+    if kind.kind == "detections" and (rank < 2 or shape[-1] < 6):
+        raise InputValidationError(f"Output '{name}' of shape {shape} cannot be a detection list: it needs rows of "
+                                   "x1, y1, x2, y2, score, class ([1, K, 6+]).")
     if kind.kind == "sequence" and rank < 2:
         raise InputValidationError(f"Output '{name}' of shape {shape} cannot be a sequence: it needs [..., T, C].")
     if kind.kind == "packed":

@@ -609,3 +609,98 @@ def test_outputs_match_by_name_then_position():
     assert match_outputs({"a": 1}, {"x": 0}) == {"x": "a"}
     with pytest.raises(ConversionError):
         match_outputs({"a": 1, "b": 2}, {"x": 0})
+
+
+# ----------------------------------------------------------------------------- detection lists
+def _det_lists(n: int = 8, k: int = 100, pad: bool = True) -> np.ndarray:
+    """[n, 1, k, 6] rows x1, y1, x2, y2, score, class sorted by score; with ``pad`` zero rows after
+    the live ones (NMS inside, Ultralytics nms=True), else low-score rows (an end-to-end top K)."""
+    out = np.zeros((n, 1, k, 6))
+    for s in range(n):
+        live = int(RNG.integers(3, 12))
+        xy = RNG.uniform(0, 250, (k, 2))
+        wh = RNG.uniform(10, 60, (k, 2))
+        score = np.sort(np.concatenate([RNG.uniform(0.5, 0.95, live), RNG.uniform(0.0, 0.05, k - live)]))[::-1]
+        rows = np.concatenate([xy, xy + wh, score[:, None], RNG.integers(0, 5, (k, 1))], 1)
+        if pad:
+            rows[live:] = 0
+        out[s, 0] = rows
+    return out
+
+
+def test_a_detection_list_is_judged_by_matching_rows():
+    """A detector with its NMS inside (or an NMS-free end-to-end head) outputs a sorted list of rows.
+    Judged position by position, class flips vanished in a range of hundreds of pixels (passed), and
+    two rows trading places failed an artifact that detected the same."""
+    for pad in (True, False):
+        ref = _det_lists(pad=pad)
+        kind = from_values(ref, [1, 100, 6])
+        assert kind.kind == "detections" and "matching rows" in kind.reason, kind
+    ref = _det_lists()
+    same = ref.copy()
+    same[:, 0, [0, 1]] = same[:, 0, [1, 0]]  # the two best rows swap places: the same detections
+    same[:, 0, 0, 4], same[:, 0, 1, 4] = ref[:, 0, 0, 4], ref[:, 0, 1, 4]  # (scores stay sorted)
+    kind = OutputKind("detections")
+    m = evaluate_output(list(ref), list(same), kind, SPEC)
+    assert m["passed"] and m["detection_f1"] == 1.0, m["failures"]
+    assert not evaluate_output(list(ref), list(same), OutputKind("regression"), SPEC)["passed"]
+    gone = np.zeros_like(ref)
+    m = evaluate_output(list(ref), list(gone), kind, SPEC)
+    assert not m["passed"] and m["detection_f1"] == 0.0
+    assert any("matched F1 0.000" in f for f in m["failures"])
+    moved = ref.copy()
+    moved[:, 0, :3, 5] = (moved[:, 0, :3, 5] + 1) % 5  # three detections per image change class
+    assert not evaluate_output(list(ref), list(moved), kind, SPEC)["passed"]
+    # position by position those class flips are a few units in a range of hundreds of pixels: passed
+    assert evaluate_output(list(ref), list(moved), OutputKind("regression"), SPEC)["passed"]
+    unsorted = _det_lists(pad=False)
+    unsorted[:, 0] = unsorted[:, 0, ::-1]
+    assert from_values(unsorted, [1, 100, 6]).kind != "detections"
+
+
+def test_end2end_head_keeps_the_models_own_rows():
+    from edge_sdk.detect import Head, decode_end2end
+
+    rows = np.array([[[10, 20, 50, 60, 0.9, 2], [12, 22, 52, 62, 0.8, 2], [0, 0, 0, 0, 0.0, 0]]], np.float32)
+    got = decode_end2end(rows, Head("end2end", conf=0.5), labels=["a", "b", "c"])
+    assert [(d.label, round(d.score, 2), d.box) for d in got] == [("c", 0.9, (10.0, 20.0, 50.0, 60.0)),
+                                                                 ("c", 0.8, (12.0, 22.0, 52.0, 62.0))]  # no NMS
+    with pytest.raises(InputValidationError, match="end2end head needs an output"):
+        decode_end2end(np.zeros((1, 5, 4)), Head("end2end"))
+
+
+def test_sensitivity_skips_tensors_that_are_not_float(tmp_path):
+    """A detector with its NMS inside has bool and index tensors; exposed as float outputs they made
+    ONNX Runtime refuse the model, and recovery searched no layers (a YOLOv8 exported with nms=True)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    from edge_sdk.converters.recovery.sensitivity import onnx_layers
+
+    w = numpy_helper.from_array(RNG.normal(0, 0.5, (8, 3, 3, 3)).astype(np.float32), "w")
+    w2 = numpy_helper.from_array(RNG.normal(0, 0.5, (4, 8, 1, 1)).astype(np.float32), "w2")
+    half = numpy_helper.from_array(np.array(0.5, np.float32), "half")
+    zero = numpy_helper.from_array(np.array(0.0, np.float32), "zero")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Greater", ["r", "half"], ["g"], name="greater"),
+             helper.make_node("Where", ["g", "r", "zero"], ["k"], name="where"),
+             helper.make_node("Conv", ["k", "w2"], ["y"], name="conv2")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 16, 16])], [w, w2, half, zero])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "f.onnx")
+    feeds = [{"x": RNG.normal(0, 1, (1, 3, 16, 16)).astype(np.float32)} for _ in range(6)]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(feeds)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    quantize_static(str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx"), Reader(), quant_format=QuantFormat.QDQ)
+    ranked = onnx_layers(tmp_path / "f.onnx", tmp_path / "q.onnx", feeds)
+    assert ranked and "greater" not in {e.name for e in ranked}

@@ -195,10 +195,38 @@ def split_objectness(kind: OutputKind, r: np.ndarray) -> None:
         return
 
 
+def _detection_list(r: np.ndarray, shape: list[int]) -> OutputKind | None:
+    """Rows ``x1, y1, x2, y2, score, class[, ...]`` sorted by score: a detector with its NMS inside
+    (Ultralytics ``nms=True``, padded with zero rows) or an NMS-free end-to-end head (YOLOv10, YOLO26:
+    the top K). Position by position such a list is meaningless (a score change reorders it; the
+    zero padding made a range error of 0.0004 pass anything); it is judged by matching rows."""
+    if len(shape) not in (2, 3) or (len(shape) == 3 and shape[0] != 1) or shape[-1] < 6 or shape[-2] < 5:
+        return None
+    v = r.reshape(r.shape[0], shape[-2], shape[-1]).astype(np.float64)
+    score, cls = v[..., 4], v[..., 5]
+    live = score > 0
+    if not live.any() or float(score.min()) < 0 or float(score.max()) > 1 + 1e-6:
+        return None
+    if float(np.abs(cls - np.round(cls)).max()) > 1e-3 or float(cls.min()) < 0:
+        return None
+    b = v[live][:, :4]
+    if float(np.mean((b[:, 2] >= b[:, 0]) & (b[:, 3] >= b[:, 1]))) < 0.99:
+        return None
+    ordered = float(np.mean(np.all(np.diff(score, axis=1) <= 1e-6, axis=1)))
+    if ordered < 0.9:
+        return None
+    return OutputKind("detections", source="values",
+                      reason=f"{shape[-2]} rows of x1, y1, x2, y2, a score in 0..1 and an integer class, sorted by score: "
+                             "a detection list (NMS inside, or an end-to-end head), judged by matching rows")
+
+
 def from_values(r: np.ndarray, shape: list[int]) -> OutputKind | None:
     """The kind the float values suggest (``r``: ``[samples, *shape]``), or None."""
     if not r.size or not np.issubdtype(r.dtype, np.floating):
         return None
+    listed = _detection_list(r, shape)
+    if listed is not None:
+        return listed
     rank = len(shape)
     in01 = _in01(r)
     ax = _map_axis(shape)

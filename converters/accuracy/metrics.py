@@ -217,6 +217,64 @@ def map_metrics(r: np.ndarray, t: np.ndarray, activation: str, spec: AccuracySpe
     return out, fails
 
 
+def _pair_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU of each box in ``a`` [N, 4] with each in ``b`` [M, 4] (x1, y1, x2, y2)."""
+    lt = np.maximum(a[:, None, :2], b[None, :, :2])
+    rb = np.minimum(a[:, None, 2:4], b[None, :, 2:4])
+    inter = np.prod(np.clip(rb - lt, 0, None), axis=2)
+    area = lambda x: np.prod(np.clip(x[:, 2:4] - x[:, :2], 0, None), axis=1)  # noqa: E731
+    union = area(a)[:, None] + area(b)[None, :] - inter
+    return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
+
+
+def detections_metrics(r: np.ndarray, t: np.ndarray, spec: AccuracySpec) -> tuple[dict[str, Any], list[str]]:
+    """Detection lists (rows ``x1, y1, x2, y2, score, class``): per sample the rows scoring at least
+    the confidence are matched, float to int8, greedily by score (same class, IoU >= 0.5). Judged:
+    F1 of the matches (the positive F1 threshold), the score error of matched rows, and their
+    coordinate error relative to the float boxes' range (mean and p99, the regression thresholds)."""
+    g, reg = spec.scores, spec.regression
+    tp = fp = fn = 0
+    score_err: list[float] = []
+    coord_err: list[np.ndarray] = []
+    span = 0.0
+    for rs, ts in zip(r.reshape(r.shape[0], -1, r.shape[-1]), t.reshape(t.shape[0], -1, t.shape[-1])):
+        a, b = rs[rs[:, 4] >= g.confidence], ts[ts[:, 4] >= g.confidence]
+        if len(a):
+            span = max(span, float(np.ptp(a[:, :4])))
+        used: set[int] = set()
+        ious = _pair_iou(a[:, :4], b[:, :4]) if len(a) and len(b) else np.zeros((len(a), len(b)))
+        for i in np.argsort(-a[:, 4], kind="stable"):
+            same = [j for j in range(len(b)) if j not in used and round(b[j, 5]) == round(a[i, 5])]
+            j = max(same, key=lambda k: ious[i, k], default=None)
+            if j is None or ious[i, j] < 0.5:
+                fn += 1
+                continue
+            used.add(j)
+            tp += 1
+            score_err.append(abs(float(a[i, 4] - b[j, 4])))
+            coord_err.append(np.abs(a[i, :4] - b[j, :4]))
+        fp += len(b) - len(used)
+    f1 = 1.0 if tp + fp + fn == 0 else 2 * tp / (2 * tp + fp + fn)
+    out: dict[str, Any] = {"detections": [tp + fn, tp + fp], "matched": tp, "detection_f1": _r(f1)}
+    fails: list[str] = []
+    _check(out, fails, "detection_f1", f1, g.min_positive_f1, True,
+           f"detections (score >= {g.confidence}) matched F1 {f1:.3f} < {g.min_positive_f1} (float {tp + fn}, "
+           f"int8 {tp + fp}, matched {tp}: same class, IoU >= 0.5)")
+    if score_err:
+        err = float(np.mean(score_err))
+        out["score_error"] = _r(err)
+        _check(out, fails, "score_error", err, g.max_score_error, False,
+               f"score error {err:.3f} > {g.max_score_error} over {tp} matched detection(s)")
+        c = np.concatenate(coord_err) / (span or 1.0)
+        mean, p99 = float(c.mean()), float(np.percentile(c, 99))
+        out.update(range_error=_r(mean), range_error_p99=_r(p99))
+        _check(out, fails, "range_error", mean, reg.max_error, False,
+               f"matched boxes: mean error {mean:.2%} of the range > {reg.max_error:.0%}")
+        _check(out, fails, "range_error_p99", p99, reg.max_error_p99, False,
+               f"matched boxes: p99 error {p99:.2%} of the range > {reg.max_error_p99:.0%}")
+    return out, fails
+
+
 def embedding_metrics(r: np.ndarray, t: np.ndarray, spec: AccuracySpec) -> tuple[dict[str, Any], list[str]]:
     g = spec.embedding
     rr, tt = r.reshape(r.shape[0], -1), t.reshape(t.shape[0], -1)
@@ -307,6 +365,8 @@ def judge_part(r: np.ndarray, t: np.ndarray, kind: str, axis: int, activation: s
         figures, f = embedding_metrics(r, t, spec)
     elif kind == "sequence":
         figures, f = sequence_metrics(r, t, okind, spec)
+    elif kind == "detections":
+        figures, f = detections_metrics(r, t, spec)
     else:
         figures = {}
         f = tensor_metrics(whole, spec, figures)
@@ -385,7 +445,7 @@ def _worst(groups: dict[str, dict[str, Any]]) -> str:
 
 def one_line(name: str, m: dict[str, Any]) -> str:
     """``name [kind]: the figures that judge it`` for progress lines and reports."""
-    keys = ("top1_agreement", "score_error", "positive_f1", "range_error", "range_error_p99", "iou", "frame_iou_mean",
+    keys = ("detection_f1", "top1_agreement", "score_error", "positive_f1", "range_error", "range_error_p99", "iou", "frame_iou_mean",
             "frame_iou_min", "cosine_mean", "cosine_min", "token_error", "step_agreement", "sequence_agreement")
     if "groups" in m:
         return "; ".join(one_line(f"{name}/{g}", gm) for g, gm in m["groups"].items())

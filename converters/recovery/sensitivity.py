@@ -153,7 +153,6 @@ def _rank(nodes: list[tuple[str, str, list[str], str]], errors: dict[str, float]
 
 # ----------------------------------------------------------------------------- ONNX QDQ
 def _onnx_outputs(model, names: list[str]):
-    import onnx
     from onnx import TensorProto, helper
 
     have = {o.name for o in model.graph.output}
@@ -161,6 +160,21 @@ def _onnx_outputs(model, names: list[str]):
         if n not in have:
             model.graph.output.append(helper.make_tensor_value_info(n, TensorProto.FLOAT, None))
     return model
+
+
+def _not_float(model) -> set[str]:
+    """Tensors shape inference knows to be of another type than float (a comparison's bool, an
+    index): exposed as float outputs they make ONNX Runtime refuse the whole model (a detector with
+    its NMS inside: "Type (tensor(float)) of output arg (/Greater_output_0) does not match")."""
+    import onnx
+    from onnx import TensorProto
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - without inference every tensor is tried as float, as before
+        return set()
+    typed = list(inferred.graph.value_info) + list(inferred.graph.output) + list(inferred.graph.input)
+    return {v.name for v in typed if v.type.tensor_type.elem_type not in (0, TensorProto.FLOAT)}
 
 
 def onnx_layers(float_onnx: Path, int8_onnx: Path, feeds: list[dict]) -> list[LayerError]:
@@ -171,11 +185,13 @@ def onnx_layers(float_onnx: Path, int8_onnx: Path, feeds: list[dict]) -> list[La
     nodes = [(n.name, n.op_type, [t for t in n.input if t and t not in consts], n.output[0]) for n in fm.graph.node
              if n.op_type != "Constant" and n.output]
     q_tensors = {o for n in qm.graph.node for o in n.output}
+    skip = _not_float(fm) | _not_float(qm)
+    nodes = [n for n in nodes if n[3] not in skip]
     pairs = {}
     for _, _, _, t in nodes:
         dq = f"{t}_DequantizeLinear_Output"
         pairs[t] = dq if dq in q_tensors else (t if t in q_tensors else None)
-    pairs = {k: v for k, v in pairs.items() if v}
+    pairs = {k: v for k, v in pairs.items() if v and v not in skip}
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # keep every tensor it names
     fs = ort.InferenceSession(_onnx_outputs(fm, list(pairs)).SerializeToString(), so, providers=["CPUExecutionProvider"])
