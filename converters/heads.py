@@ -118,7 +118,7 @@ def _end2end(names: list[str], source: SourceModel, declared: dict[str, OutputKi
     detection list for the gate. Labels cannot be counted against the model (class ids are values)."""
     out = source.outputs[0]
     shape = _static(out.shape)
-    if len(shape) not in (2, 3) or shape[-1] < 6:
+    if len(shape) not in (2, 3) or not 6 <= shape[-1] <= 128:
         raise InputValidationError(f"--head end2end: output '{out.name}' has shape {out.shape}; expected [1, K, 6+] "
                                    "rows of x1, y1, x2, y2, score, class.", "Pick the head that matches the model's output layout.")
     if out.name not in declared:

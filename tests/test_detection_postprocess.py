@@ -242,3 +242,19 @@ def test_yolox_head_options_and_grid():
                        ("yolox:size=64", "size must be two integers")]:
         with pytest.raises(InputValidationError, match=match):
             as_head(bad)
+
+
+def test_end2end_head_is_checked_and_declares_a_detection_list():
+    from pathlib import Path
+
+    from edge_sdk.converters.base import SourceModel, TensorSpec
+    from edge_sdk.converters.heads import postprocess
+
+    src = SourceModel(Path("m.onnx"), "onnx", "0" * 64, [TensorSpec("images", [1, 3, 320, 320], "float32")],
+                      [TensorSpec("output0", [1, 300, 6], "float32")])
+    declared: dict = {}
+    post = postprocess("end2end", None, src, declared)
+    assert post == {"head": "end2end", "output": "output0", "labels": []} and declared["output0"].kind == "detections"
+    bad = SourceModel(Path("m.onnx"), "onnx", "0" * 64, src.inputs, [TensorSpec("output0", [1, 7, 2100], "float32")])
+    with pytest.raises(InputValidationError, match="expected \\[1, K, 6\\+\\] rows"):
+        postprocess("end2end", None, bad, {})

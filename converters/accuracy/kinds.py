@@ -200,8 +200,8 @@ def _detection_list(r: np.ndarray, shape: list[int]) -> OutputKind | None:
     (Ultralytics ``nms=True``, padded with zero rows) or an NMS-free end-to-end head (YOLOv10, YOLO26:
     the top K). Position by position such a list is meaningless (a score change reorders it; the
     zero padding made a range error of 0.0004 pass anything); it is judged by matching rows."""
-    if len(shape) not in (2, 3) or (len(shape) == 3 and shape[0] != 1) or shape[-1] < 6 or shape[-2] < 5:
-        return None
+    if len(shape) not in (2, 3) or (len(shape) == 3 and shape[0] != 1) or not 6 <= shape[-1] <= 128 or shape[-2] < 5:
+        return None  # rows of 6 (+ keypoints or mask coefficients), not a channel-first head
     v = r.reshape(r.shape[0], shape[-2], shape[-1]).astype(np.float64)
     score, cls = v[..., 4], v[..., 5]
     live = score > 0
