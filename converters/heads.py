@@ -34,6 +34,22 @@ def _input_size(source: SourceModel) -> tuple[int, int] | None:
     return (w, h) if w > 0 and h > 0 else None
 
 
+def _zero_outputs(static: dict[str, list[int]]) -> dict[str, np.ndarray]:
+    """Zero arrays of the outputs' static shapes (broadcast: no memory), for the runtime's output pickers."""
+    return {n: np.broadcast_to(np.float32(0), [max(d, 1) for d in sh]) for n, sh in static.items()}
+
+
+def _check_labels(names: list[str], classes: int, output: str, shape) -> None:
+    if names and len(names) != classes:
+        raise InputValidationError(f"--labels has {len(names)} names but output '{output}' {shape} has {classes} "
+                                   "classes.", "Give one name per class, in class-index order.")
+
+
+def _objectness_packed(name: str, axis: int, classes: int) -> OutputKind:
+    """A YOLOv5/YOLOX row layout: boxes, objectness, class scores (the gate's packed declaration)."""
+    return parse_declaration(f"{name}:packed:axis={axis},boxes=0-4,objectness=4-5,scores=5-{5 + classes}")[1]
+
+
 def _ssd(head: str, names: list[str], source: SourceModel) -> dict[str, Any]:
     """The ``ssd-anchors`` spec completed from the source (size, output names) and checked against it."""
     from edge_sdk.detect import as_head, ssd_outputs
@@ -43,7 +59,7 @@ def _ssd(head: str, names: list[str], source: SourceModel) -> dict[str, Any]:
     size = _input_size(source)
     spec = h.anchors.with_size(*size) if size else h.anchors
     static = {o.name: _static(o.shape) for o in source.outputs}
-    fake = {n: np.broadcast_to(np.float32(0), [max(d, 1) for d in sh]) for n, sh in static.items()}  # no memory
+    fake = _zero_outputs(static)
     boxes, scores = ssd_outputs(fake, spec)
     b, s = static[boxes], static[scores]
     count = spec.count if spec.size else None
@@ -52,9 +68,7 @@ def _ssd(head: str, names: list[str], source: SourceModel) -> dict[str, Any]:
         raise InputValidationError(f"--head ssd-anchors: the spec makes {count} anchors but output '{boxes}' {b} has "
                                    f"{n_rows} rows.", "Check strides, size, ratio and interp against the model.")
     classes = s[-1] if len(s) == 3 and s[-1] > 0 else 1
-    if names and len(names) != classes:
-        raise InputValidationError(f"--labels has {len(names)} names but output '{scores}' {s} has {classes} classes.",
-                                   "Give one name per class, in class-index order.")
+    _check_labels(names, classes, scores, s)
     spec = replace(spec, boxes=boxes, scores=scores)
     return {"head": "ssd-anchors", "output": boxes, "labels": names, "anchors": spec.to_dict()}
 
@@ -66,12 +80,10 @@ def _boxes_scores(names: list[str], source: SourceModel, declared: dict[str, Out
     from edge_sdk.detect import Head, boxes_scores_outputs
 
     static = {o.name: _static(o.shape) for o in source.outputs}
-    fake = {n: np.broadcast_to(np.float32(0), [max(d, 1) for d in sh]) for n, sh in static.items()}  # no memory
+    fake = _zero_outputs(static)
     boxes, scores = boxes_scores_outputs(fake, Head("boxes-scores"))
     classes = static[scores][-1]
-    if names and len(names) != classes:
-        raise InputValidationError(f"--labels has {len(names)} names but output '{scores}' {static[scores]} has {classes} "
-                                   "classes.", "Give one name per class, in class-index order.")
+    _check_labels(names, classes, scores, static[scores])
     why = ("decoded by the model's TFLite_Detection_PostProcess box coder" if options else "the boxes-scores head's boxes")
     if boxes not in declared:
         declared[boxes] = OutputKind("boxes", source="graph", reason=why)
@@ -102,13 +114,10 @@ def _yolox(text: str, names: list[str], source: SourceModel, declared: dict[str,
                                    f"cells, but output '{out.name}' {out.shape} has {rows} rows.",
                                    "Give the model's strides: --head yolox:strides=8,16,32,64.")
     classes = width - 5
-    if names and len(names) != classes:
-        raise InputValidationError(f"--labels has {len(names)} names but output '{out.name}' {out.shape} has {classes} "
-                                   "classes.", "Give one name per class, in class-index order.")
+    _check_labels(names, classes, out.name, out.shape)
     if out.name not in declared:
         axis = 2 if shape[2] == width else 1
-        declared[out.name] = parse_declaration(
-            f"{out.name}:packed:axis={axis},boxes=0-4,objectness=4-5,scores=5-{5 + classes}")[1]
+        declared[out.name] = _objectness_packed(out.name, axis, classes)
     return {"head": "yolox", "output": out.name, "labels": names,
             "options": {"strides": list(strides), "size": list(size)}}
 
@@ -169,14 +178,12 @@ def postprocess(head, labels, source: SourceModel, declared: dict[str, OutputKin
                 "segmentation": "[1, H, W, classes] or [1, classes, H, W]"}[name]
         raise InputValidationError(f"--head {name}: output '{out.name}' has shape {out.shape}; expected {want}.",
                                    "Pick the head that matches the model's output layout.")
-    if names and classes is not None and len(names) != classes:
-        raise InputValidationError(f"--labels has {len(names)} names but output '{out.name}' {out.shape} has {classes} "
-                                   "classes.", "Give one name per class, in class-index order.")
+    if classes is not None:
+        _check_labels(names, classes, out.name, out.shape)
     if name == "yolov8" and classes is not None and out.name not in declared:
         axis = 1 if shape[1] <= shape[2] else 2
         declared[out.name] = parse_declaration(f"{out.name}:packed:axis={axis},boxes=0-4,scores=4-{4 + classes}")[1]
         declared[out.name].source = "declared"
     if name == "yolov5" and classes is not None and out.name not in declared:
-        declared[out.name] = parse_declaration(
-            f"{out.name}:packed:axis=2,boxes=0-4,objectness=4-5,scores=5-{5 + classes}")[1]
+        declared[out.name] = _objectness_packed(out.name, 2, classes)
     return {"head": name if head is not None else "classifier", "output": out.name, "labels": names}

@@ -417,40 +417,36 @@ def decode_detection_postprocess(model: bytes) -> tuple[bytes, dict[str, Any]] |
     def t(name: str, cols: int) -> int:
         return edit.tensor(name, [1, n, cols], F)
 
+    new_ops: list = []
+
+    def emit(name: str, inputs: list[int], out: str, cols: int, options: str | None = None, axis: int | None = None) -> int:
+        """Append one op writing a new [1, n, cols] tensor ``out``; its index."""
+        idx = t(out, cols)
+        op = edit.op(name, inputs, [idx], options)
+        if axis is not None:
+            op.builtinOptions.axis = axis
+        new_ops.append(op)
+        return idx
+
+    # encodings (y, x, h, w[, ...]) -> (x, y, w, h), split into centre and size offsets
+    xywh = emit("GATHER", [enc, edit.const_int32([1, 0, 3, 2], enc, "xywh_order")], "decode/xywh", 4, "GatherOptions", 2)
     xy_raw, wh_raw = t("decode/xy_raw", 2), t("decode/wh_raw", 2)
-    new_ops = []
-    xywh = t("decode/xywh", 4)  # encodings (y, x, h, w[, ...]) -> (x, y, w, h)
-    g = edit.op("GATHER", [enc, edit.const_int32([1, 0, 3, 2], enc, "xywh_order")], [xywh], "GatherOptions")
-    g.builtinOptions.axis = 2
-    new_ops.append(g)
     sp = edit.op("SPLIT", [edit.const_int32([2], enc, "split_axis"), xywh], [xy_raw, wh_raw], "SplitOptions")
     sp.builtinOptions.numSplits = 2
     sg.tensors[sp.inputs[0]].shape = []  # SPLIT's axis is a scalar
     new_ops.append(sp)
-    steps = [("MUL", xy_raw, edit.const(centre_mul, "decode/centre_mul"), "decode/xy_scaled", "MulOptions"),
-             ("ADD", "decode/xy_scaled", edit.const(centre_add, "decode/centre_add"), "decode/centre", "AddOptions"),
-             ("MUL", wh_raw, edit.const(size_mul, "decode/size_mul"), "decode/wh_scaled", "MulOptions"),
-             ("EXP", "decode/wh_scaled", None, "decode/wh_exp", None),
-             ("MUL", "decode/wh_exp", edit.const(half, "decode/half_anchor"), "decode/half", "MulOptions"),
-             ("SUB", "decode/centre", "decode/half", "decode/x1y1", "SubOptions"),
-             ("ADD", "decode/centre", "decode/half", "decode/x2y2", "AddOptions")]
-    made: dict[str, int] = {}
-    for kind, a, b, out, options in steps:
-        ia = made[a] if isinstance(a, str) else a
-        ib = made[b] if isinstance(b, str) else b
-        made[out] = t(out, 2)
-        new_ops.append(edit.op(kind, [ia] + ([ib] if ib is not None else []), [made[out]], options))
-    boxes = t("decoded_boxes", 4)
-    cat = edit.op("CONCATENATION", [made["decode/x1y1"], made["decode/x2y2"]], [boxes], "ConcatenationOptions")
-    cat.builtinOptions.axis = 2
-    new_ops.append(cat)
+    xy = emit("MUL", [xy_raw, edit.const(centre_mul, "decode/centre_mul")], "decode/xy_scaled", 2, "MulOptions")
+    centre = emit("ADD", [xy, edit.const(centre_add, "decode/centre_add")], "decode/centre", 2, "AddOptions")
+    wh = emit("MUL", [wh_raw, edit.const(size_mul, "decode/size_mul")], "decode/wh_scaled", 2, "MulOptions")
+    half_wh = emit("MUL", [emit("EXP", [wh], "decode/wh_exp", 2), edit.const(half, "decode/half_anchor")],
+                   "decode/half", 2, "MulOptions")
+    corners = [emit("SUB", [centre, half_wh], "decode/x1y1", 2, "SubOptions"),
+               emit("ADD", [centre, half_wh], "decode/x2y2", 2, "AddOptions")]
+    boxes = emit("CONCATENATION", corners, "decoded_boxes", 4, "ConcatenationOptions", 2)
     background = pred_shape[2] - classes
-    scores = t("class_scores", classes)
     # GATHER, not SLICE: OpenVINO's TFLite frontend reads a SLICE's output as dynamic
-    picked = edit.op("GATHER", [pred, edit.const_int32(list(range(background, background + classes)), pred, "classes")],
-                     [scores], "GatherOptions")
-    picked.builtinOptions.axis = 2
-    new_ops.append(picked)
+    scores = emit("GATHER", [pred, edit.const_int32(list(range(background, background + classes)), pred, "classes")],
+                  "class_scores", classes, "GatherOptions", 2)
     sg.operators = ops[:found[0]] + ops[found[0] + 1:] + new_ops
     sg.outputs = [boxes, scores]
     for sd in m.signatureDefs or []:

@@ -146,8 +146,10 @@ def run(artifact: str, input_path: str, profile: str | None, backend: str | None
         }
         if stream_report is not None:
             report["stream"] = stream_report
-        found = getattr(result, "_detections", None)  # filled when the artifact's head decoded an image
-        if found is not None and model.head is not None:
+        from .detect import DETECTION_HEADS
+
+        if feed is None and steps is None and model.head is not None and model.head.kind in DETECTION_HEADS:
+            found = result.detections  # an image went through infer_image: the head decoded it
             report["detections"] = {"head": model.head.kind, "count": len(found),
                                     "items": [{"label": d.label, "score": round(d.score, 4),
                                                "box": [round(v, 1) for v in d.box]} for d in found]}

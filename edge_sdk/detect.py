@@ -325,7 +325,12 @@ def decode_yolov5(output: Any, head: Head | None = None, *, transform=None,
         InputValidationError: the output is not shaped like a YOLOv5 head.
     """
     head = head or Head(kind="yolov5")
-    a = _yolo_rows(output, "yolov5")
+    return _objectness_rows(_yolo_rows(output, "yolov5"), head, transform, labels)
+
+
+def _objectness_rows(a: np.ndarray, head: Head, transform, labels: Sequence[str] | None) -> list[Detection]:
+    """Rows ``cx, cy, w, h`` (input pixels), objectness, class scores: objectness >= ``conf``, score
+    objectness x best class score >= ``conf``, then NMS (yolov5, and yolox once its grid is decoded)."""
     a = a[a[:, 4] >= head.conf]
     if not len(a):
         return []
@@ -386,18 +391,11 @@ def decode_yolox(output: Any, head: Head | None = None, *, transform=None,
         raise InputValidationError(f"yolox: strides {list(strides)} on a {size[0]}x{size[1]} input make {len(cells)} "
                                    f"cells, but the output has {len(a)} rows.",
                                    "Give the model's strides: --head yolox:strides=8,16,32,64.")
-    keep = a[:, 4] >= head.conf
-    if not keep.any():
-        return []
-    r, cells, steps = a[keep].astype(np.float64), cells[keep], steps[keep]
-    xy = (r[:, :2] + cells) * steps
-    wh = np.exp(np.clip(r[:, 2:4], -20.0, 20.0)) * steps
-    cls_scores = r[:, 5:] * r[:, 4:5]
-    cls = cls_scores.argmax(axis=1)
-    score = cls_scores[np.arange(len(r)), cls]
-    ok = score >= head.conf
-    boxes = np.concatenate([xy - wh / 2, xy + wh / 2], axis=1)[ok]
-    return _finish(boxes, score[ok], cls[ok], head, transform, labels)
+    keep = a[:, 4] >= head.conf  # decode only the rows objectness keeps
+    r = a[keep].astype(np.float64)
+    r[:, :2] = (r[:, :2] + cells[keep]) * steps[keep]
+    r[:, 2:4] = np.exp(np.clip(r[:, 2:4], -20.0, 20.0)) * steps[keep]
+    return _objectness_rows(r, head, transform, labels)
 
 
 def decode_end2end(output: Any, head: Head | None = None, *, transform=None,

@@ -267,6 +267,15 @@ def expected_bins(x: np.ndarray, bins: int) -> np.ndarray:
     return np.sum(softmax(g, -1) * np.arange(bins), axis=-1)
 
 
+def dominant_class(values: np.ndarray, axis: int = -1) -> tuple[int, float]:
+    """The class most positions (steps, anchors) pick as their argmax along ``axis``, and the share
+    of positions that pick it: a CTC blank, a softmax head's background or "no object" class."""
+    picks = np.argmax(values, axis=axis).ravel()
+    counts = np.bincount(picks, minlength=int(np.shape(values)[axis]))
+    best = int(np.argmax(counts))
+    return best, float(counts[best] / max(picks.size, 1))
+
+
 def ctc_collapse(path: np.ndarray, blank: int | None) -> list[int]:
     """Greedy CTC: merge repeats, drop the blank (``blank`` None: keep the path as it is)."""
     seq = [int(v) for v in np.asarray(path).ravel()]
@@ -360,5 +369,5 @@ def describe_lines(summary: dict[str, Any], indent: str = "  ") -> list[str]:
     return lines
 
 
-__all__ = ["ALIASES", "KINDS", "OutputGroup", "OutputKind", "activate", "canonical", "check_fits", "ctc_collapse",
+__all__ = ["ALIASES", "KINDS", "OutputGroup", "OutputKind", "activate", "canonical", "check_fits", "ctc_collapse", "dominant_class",
            "describe_lines", "parse_declaration", "sigmoid", "softmax", "summarize_output"]

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from edge_sdk.manifest import TensorSpec
-from edge_sdk.outputs import OutputGroup, OutputKind, check_fits
+from edge_sdk.outputs import OutputGroup, OutputKind, check_fits, dominant_class
 
 from ..graph import GraphView
 
@@ -324,9 +324,7 @@ def _time_major_ctc(r: np.ndarray, shape: list[int]) -> OutputKind | None:
     if len(shape) != 3 or shape[1] != 1 or not 4 <= shape[0] <= MAX_SEQUENCE_STEPS or shape[2] < 10:
         return None
     path = np.argmax(r, axis=-1).reshape(r.shape[0], -1)  # [samples, T]
-    counts = np.bincount(path.ravel(), minlength=shape[2])
-    blank = int(np.argmax(counts))
-    share = counts[blank] / path.size
+    blank, share = dominant_class(r)
     tokens = np.count_nonzero(path != blank, axis=1)
     if share < CTC_BLANK_SHARE or not (path == blank).any(axis=1).all() or tokens.mean() < 1:
         return None
@@ -337,10 +335,8 @@ def _time_major_ctc(r: np.ndarray, shape: list[int]) -> OutputKind | None:
 
 def infer_blank(r: np.ndarray, kind: OutputKind) -> int | None:
     """CTC blank of a sequence: the class the float model's greedy path is mostly made of."""
-    path = np.argmax(r, axis=kind.axis)
-    values, counts = np.unique(path, return_counts=True)
-    best = int(np.argmax(counts))
-    return int(values[best]) if counts[best] >= 0.3 * path.size else None
+    blank, share = dominant_class(r, kind.axis)
+    return blank if share >= CTC_BLANK_SHARE else None
 
 
 #: Share of positions whose argmax is one column, for that column to be a softmax head's background.
@@ -358,10 +354,7 @@ def _classes_beside_boxes(kinds: dict[str, OutputKind], shapes: dict[str, list[i
             s, b = shapes[name], shapes[box]
             if name == box or len(s) != len(b) or s[:-1] != b[:-1] or s[-1] < 2 or s[-1] == 4 or refs.get(name) is None:
                 continue
-            r = refs[name]
-            counts = np.bincount(np.argmax(r, axis=-1).ravel(), minlength=s[-1])
-            top = int(np.argmax(counts))
-            share = float(counts[top] / max(counts.sum(), 1))
+            top, share = dominant_class(refs[name])
             softmax = share >= BACKGROUND_SHARE
             kinds[name] = OutputKind(
                 "logits", axis=-1, activation="softmax" if softmax else "sigmoid", source="values",

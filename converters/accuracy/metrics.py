@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from edge_sdk.outputs import (MAP_KINDS, REGRESSION_KINDS, OutputKind, activate, ctc_collapse, expected_bins,
+from edge_sdk.outputs import (MAP_KINDS, REGRESSION_KINDS, OutputKind, activate, ctc_collapse, dominant_class, expected_bins,
                               times_objectness)
 from edge_sdk.profiles import AccuracySpec
 
@@ -102,9 +102,8 @@ def scores_metrics(r: np.ndarray, t: np.ndarray, axis: int, activation: str, spe
         # A softmax over [background, classes] (SSD, UltraFace, RetinaFace): the class most
         # anchors pick is "nothing here"; counted as a class, every anchor is a positive and
         # the boxes are judged at background anchors. Judged on the object classes alone.
-        counts = np.bincount(p.argmax(axis=1), minlength=classes)
-        bg = int(np.argmax(counts))
-        if counts[bg] >= 0.5 * positions:
+        bg, share = dominant_class(p, axis=1)
+        if share >= 0.5:
             keep = np.arange(classes) != bg
             p, q = p[:, keep], q[:, keep]
             classes -= 1
@@ -217,21 +216,13 @@ def map_metrics(r: np.ndarray, t: np.ndarray, activation: str, spec: AccuracySpe
     return out, fails
 
 
-def _pair_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """IoU of each box in ``a`` [N, 4] with each in ``b`` [M, 4] (x1, y1, x2, y2)."""
-    lt = np.maximum(a[:, None, :2], b[None, :, :2])
-    rb = np.minimum(a[:, None, 2:4], b[None, :, 2:4])
-    inter = np.prod(np.clip(rb - lt, 0, None), axis=2)
-    area = lambda x: np.prod(np.clip(x[:, 2:4] - x[:, :2], 0, None), axis=1)  # noqa: E731
-    union = area(a)[:, None] + area(b)[None, :] - inter
-    return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
-
-
 def detections_metrics(r: np.ndarray, t: np.ndarray, spec: AccuracySpec) -> tuple[dict[str, Any], list[str]]:
     """Detection lists (rows ``x1, y1, x2, y2, score, class``): per sample the rows scoring at least
     the confidence are matched, float to int8, greedily by score (same class, IoU >= 0.5). Judged:
     F1 of the matches (the positive F1 threshold), the score error of matched rows, and their
     coordinate error relative to the float boxes' range (mean and p99, the regression thresholds)."""
+    from edge_sdk.detect import box_iou  # numpy only, as this module
+
     g, reg = spec.scores, spec.regression
     tp = fp = fn = 0
     score_err: list[float] = []
@@ -242,11 +233,11 @@ def detections_metrics(r: np.ndarray, t: np.ndarray, spec: AccuracySpec) -> tupl
         if len(a):
             span = max(span, float(np.ptp(a[:, :4])))
         used: set[int] = set()
-        ious = _pair_iou(a[:, :4], b[:, :4]) if len(a) and len(b) else np.zeros((len(a), len(b)))
         for i in np.argsort(-a[:, 4], kind="stable"):
             same = [j for j in range(len(b)) if j not in used and round(b[j, 5]) == round(a[i, 5])]
-            j = max(same, key=lambda k: ious[i, k], default=None)
-            if j is None or ious[i, j] < 0.5:
+            ious = box_iou(a[i, :4], b[same, :4]) if same else np.zeros(0)
+            j = same[int(np.argmax(ious))] if same else None
+            if j is None or ious.max() < 0.5:
                 fn += 1
                 continue
             used.add(j)
