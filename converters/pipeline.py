@@ -38,7 +38,7 @@ from .openvino_bake import check_profiles as check_bake_profiles
 from .heads import postprocess as postprocess_for
 from .recovery import RecoveryConfig
 from .shapes import StaticShapes, fix_shapes, parse_input_shape
-from .sources import READERS, read_source, to_static_onnx
+from .sources import READERS, image_size_hint, read_source, to_static_onnx, with_static_outputs
 from .summary import ConvertSummary, ProfileSummary
 
 __all__ = ["ConvertSummary", "ProfileSummary", "convert"]
@@ -323,13 +323,18 @@ def _convert(model, profiles, out: Path, cfg: ConvertConfig, log) -> ConvertSumm
     log(f"source: {source.format}, inputs {[(s.name, s.shape) for s in source.inputs]}, "
         f"outputs {[(s.name, s.shape) for s in source.outputs]}")
     _check_streams(cfg.streams, source)
-    static = {p.name: fix_shapes(source.inputs, p.artifact.batch_size, cfg.input_shapes, source.batch_axes) for p in profs}
+    hint = image_size_hint(source) if any(d < 0 for i in source.inputs for d in i.shape[1:]) else None
+    static = {p.name: fix_shapes(source.inputs, p.artifact.batch_size, cfg.input_shapes, source.batch_axes, hint)
+              for p in profs}
     summaries: list[ProfileSummary] = []
     kinds_report: list[dict] = []
     with _locked(out, log), tempfile.TemporaryDirectory(prefix="edge-sdk-convert-") as tmp:
         root = Path(tmp)
         source, head, found = _without_detection_postprocess(source, cfg.head, root, log)
-        post = postprocess_for(*head, source, cfg.outputs, found)
+        # the head is checked against the outputs at the static input shape (an Ultralytics export
+        # with dynamic height/width has [-1, 4 + C, -1] until the input is fixed)
+        post = postprocess_for(*head, with_static_outputs(source, static[profs[0].name].shapes) if head[0] else source,
+                               cfg.outputs, found)
         options: dict[str, Any] = {"validation_fn": cfg.validation_fn} if cfg.validation_fn is not None else {}
         if cfg.bake is not None:
             options["bake"] = cfg.bake

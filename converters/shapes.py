@@ -61,13 +61,30 @@ def parse_input_shape(text: str) -> tuple[str, list[int]]:
     return name, shape
 
 
-def _example(spec: TensorSpec, batch: int) -> str:
+def _example(spec: TensorSpec, batch: int, size_hint: tuple[int, int] | None = None) -> str:
     dims = [str(batch) if i == 0 and d < 0 else (str(d) if d > 0 else "<size>") for i, d in enumerate(spec.shape)]
+    spatial = _spatial_axes(spec.shape)
+    if size_hint and spatial and all(dims[a] == "<size>" for a in spatial):
+        for a, v in zip(spatial, size_hint):
+            dims[a] = str(v)
+        return f"--input-shape {spec.name}:{','.join(dims)} (the image size the model's metadata records)"
     return f"--input-shape {spec.name}:{','.join(dims)}"
 
 
+def _spatial_axes(shape: list[int]) -> tuple[int, int] | None:
+    """The height and width axes of a 4-D image input (NCHW when dim 1 is 1 or 3 channels, NHWC
+    when the last is), None for any other input."""
+    if len(shape) != 4:
+        return None
+    if shape[1] in (1, 3) and shape[3] not in (1, 3):
+        return (2, 3)
+    if shape[3] in (1, 3) and shape[1] not in (1, 3):
+        return (1, 2)
+    return None
+
+
 def fix_shapes(inputs: list[TensorSpec], batch_size: int, user: dict[str, list[int]] | None = None,
-               batch_axes: dict[str, list[int]] | None = None) -> StaticShapes:
+               batch_axes: dict[str, list[int]] | None = None, size_hint: tuple[int, int] | None = None) -> StaticShapes:
     """Resolve a fully static shape for every input.
 
     Args:
@@ -76,6 +93,8 @@ def fix_shapes(inputs: list[TensorSpec], batch_size: int, user: dict[str, list[i
         user: ``--input-shape`` values by input name.
         batch_axes: Input name -> other axes that carry the batch (named like a dim 0 in the
             source, e.g. a recurrent state ``[layers, batch, H]``); fixed to ``batch_size`` too.
+        size_hint: ``(height, width)`` the model's metadata records (Ultralytics' ``imgsz``): only
+            suggested in the error for an image input left dynamic, never applied silently.
 
     Returns:
         The static shapes and what was decided.
@@ -121,7 +140,7 @@ def fix_shapes(inputs: list[TensorSpec], batch_size: int, user: dict[str, list[i
                                         f"fixed to the profile's batch size {batch_size}")
             dyn = [i for i, d in enumerate(shape) if d < 0]
             if dyn:
-                open_dims.append(f"'{spec.name}' {src} (dynamic dims {dyn}): {_example(spec, batch_size)}")
+                open_dims.append(f"'{spec.name}' {src} (dynamic dims {dyn}): {_example(spec, batch_size, size_hint)}")
         result.shapes[spec.name] = shape
     if open_dims:
         raise InputValidationError(

@@ -170,6 +170,19 @@ def read_source(path: str | Path) -> SourceModel:
                        batch_axes=_onnx_batch_axes(path) if fmt == "onnx" else {})
 
 
+def image_size_hint(source: SourceModel) -> tuple[int, int] | None:
+    """``(height, width)`` an ONNX model's metadata records as its image size (Ultralytics writes
+    ``imgsz: [640, 640]`` or ``640``), or None."""
+    if source.format != "onnx":
+        return None
+    onnx = require("onnx", "reading ONNX models")
+    props = {p.key: p.value for p in onnx.load(str(source.path), load_external_data=False).metadata_props}
+    nums = [int(v) for v in re.findall(r"\d+", props.get("imgsz", ""))[:3]]
+    if len(nums) == 1:
+        nums *= 2
+    return (nums[0], nums[1]) if len(nums) == 2 and all(0 < n <= 16384 for n in nums) else None
+
+
 def _onnx_batch_axes(path: Path) -> dict[str, list[int]]:
     """Axes past the first whose symbolic name is the batch's (the name of some input's dynamic dim 0)."""
     onnx = require("onnx", "reading ONNX models")
@@ -186,6 +199,25 @@ def _onnx_batch_axes(path: Path) -> dict[str, list[int]]:
 
 
 # ----------------------------------------------------------------------------- static ONNX
+def with_static_outputs(source: SourceModel, input_shapes: dict[str, list[int]]) -> SourceModel:
+    """``source`` with the output shapes its ONNX graph has at ``input_shapes`` (one run with zeros
+    where shape inference leaves a dim open, as an Ultralytics export with dynamic height/width
+    does); ``source`` itself when its outputs are static already or it is not ONNX.
+
+    Raises:
+        ConversionError: the graph does not run at that shape.
+    """
+    if source.format != "onnx" or all(d > 0 for o in source.outputs for d in o.shape):
+        return source
+    import dataclasses
+
+    onnx = require("onnx", "reading ONNX models")
+    fixed = fix_onnx_shapes(onnx.load(str(source.path)), input_shapes)
+    shapes = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim] for vi in fixed.graph.output}
+    return dataclasses.replace(source, outputs=[dataclasses.replace(o, shape=shapes.get(o.name, o.shape))
+                                                for o in source.outputs])
+
+
 def fix_onnx_shapes(model, input_shapes: dict[str, list[int]]):
     """Fix the inputs of an ONNX ``ModelProto`` to ``input_shapes`` and make every output static.
 

@@ -86,3 +86,30 @@ def test_a_tampered_head_is_refused(converted, tmp_path):
     (copy / "manifest.json").write_text(json.dumps(data))
     with pytest.raises(ManifestError, match="printable"):
         read_manifest(copy)
+
+
+def test_head_is_checked_at_the_static_input_shape(converted, tmp_path):
+    """An Ultralytics export with dynamic height/width says output0 [-1, 4 + C, -1]: --head yolov8 is
+    checked against the output at the fixed --input-shape (it was refused before the input was fixed)."""
+    import onnx
+
+    root, _, _ = converted
+    model = onnx.load(str(root / "det.onnx"))
+    for i, name in ((0, "batch"), (2, "height"), (3, "width")):
+        model.graph.input[0].type.tensor_type.shape.dim[i].dim_param = name
+    for i, name in ((0, "batch"), (2, "anchors")):
+        model.graph.output[0].type.tensor_type.shape.dim[i].dim_param = name
+    onnx.save(model, str(tmp_path / "dynamic.onnx"))
+    size = detector_model.SIZE
+    summary = edge_sdk.convert(str(tmp_path / "dynamic.onnx"), ["intel-cpu"], tmp_path / "out", calib=root / "calib.npz",
+                               input_shapes={"images": [1, 3, size, size]}, head="yolov8", labels=root / "labels.txt",
+                               recover="off", allow_accuracy_drop=True, progress=None)
+    m = read_manifest(Path(summary.profiles[0].folder))
+    assert (m.postprocess.head, m.postprocess.labels) == ("yolov8", detector_model.LABELS)
+    assert [o.shape for o in m.outputs] == [[1, 4 + len(detector_model.LABELS), m.outputs[0].shape[2]]]
+    bad = tmp_path / "five.txt"
+    bad.write_text("a\nb\nc\nd\ne\n", encoding="utf-8")
+    with pytest.raises(InputValidationError, match="5 names but output 'output0'"):  # still checked, at the real shape
+        edge_sdk.convert(str(tmp_path / "dynamic.onnx"), ["intel-cpu"], tmp_path / "o1", calib=root / "calib.npz",
+                         input_shapes={"images": [1, 3, size, size]}, head="yolov8", labels=bad, progress=None)
+    assert not (tmp_path / "o1").exists()

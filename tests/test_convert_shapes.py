@@ -34,6 +34,32 @@ def test_dynamic_spatial_dim_without_shape_lists_every_input_with_an_example():
     assert "--input-shape" in err.value.hint
 
 
+def test_the_metadata_image_size_is_suggested_never_applied(tmp_path):
+    """Ultralytics exports with dynamic height/width record imgsz in the ONNX metadata: the error's
+    example carries it (NCHW and NHWC), and the shape is still the user's to give."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from edge_sdk.converters.sources import image_size_hint, read_source
+
+    nchw = [TensorSpec("images", [-1, 3, -1, -1], "float32")]
+    with pytest.raises(InputValidationError, match=r"--input-shape images:1,3,320,256 \(the image size the model's metadata"):
+        fix_shapes(nchw, 1, size_hint=(320, 256))
+    with pytest.raises(InputValidationError, match=r"--input-shape x:1,640,640,3 \("):
+        fix_shapes([TensorSpec("x", [-1, -1, -1, 3], "float32")], 1, size_hint=(640, 640))
+    with pytest.raises(InputValidationError, match=r"--input-shape x:1,<size>,8\b"):  # not an image: no size put in
+        fix_shapes([TensorSpec("x", [-1, -1, 8], "float32")], 1, size_hint=(640, 640))
+    graph = helper.make_graph([helper.make_node("Relu", ["images"], ["y"])], "g",
+                              [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["b", 3, "h", "w"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 3, "h", "w"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    for value, want in (("[320, 256]", (320, 256)), ("640", (640, 640)), ("nonsense", None)):
+        del model.metadata_props[:]
+        helper.set_model_props(model, {"imgsz": value})
+        onnx.save(model, str(tmp_path / "m.onnx"))
+        assert image_size_hint(read_source(tmp_path / "m.onnx")) == want
+
+
 @pytest.mark.parametrize("user, match", [
     ({"nope": [1, 2]}, "unknown input"),
     ({"image": [1, 3, 24]}, "rank 3"),
