@@ -219,7 +219,7 @@ def convert(model, profiles, out, *, calib=None, calib_count: int | None = None,
     """Convert ``model`` for each profile into ``out/<profile>/``.
 
     Args:
-        model: Source model path (ONNX, SavedModel folder, ``.keras``/``.h5``, float ``.tflite``).
+        model: Source model path (ONNX, SavedModel folder, ``.keras``/``.h5``/``.hdf5``, float ``.tflite``).
         profiles: Profile name/alias/path, or a list of them.
         out: Output folder; each profile's artifact lands in ``out/<profile-name>/``.
         calib: Calibration data: image folder, ``.npy``, ``.npz``, folder of ``<input>.npy``, folder of

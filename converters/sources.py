@@ -1,7 +1,7 @@
 """Read the user's source model: detect its format, hash it, list its inputs and outputs.
 
 Source formats: ONNX (``.onnx``), TF SavedModel (a folder with ``saved_model.pb``), Keras
-(``.keras``/``.h5``) and float TFLite (``.tflite``). Each reader turns "cannot read this" into
+(``.keras``/``.h5``/``.hdf5``) and float TFLite (``.tflite``). Each reader turns "cannot read this" into
 one :class:`~edge_sdk.errors.ModelLoadError`; heavy frameworks are imported only for the format
 at hand. :func:`to_static_onnx` gives every source one common form: a float ONNX file with all
 shapes fixed, whose tensor names match the source's.
@@ -26,7 +26,7 @@ from .console import import_tensorflow, quiet
 
 #: Opset used when a TF/TFLite source is exported to ONNX (tf2onnx 1.17 supports it).
 TF2ONNX_OPSET = 17
-SUPPORTED = "ONNX (.onnx), TF SavedModel (folder with saved_model.pb), Keras (.keras/.h5), float TFLite (.tflite)"
+SUPPORTED = "ONNX (.onnx), TF SavedModel (folder with saved_model.pb), Keras (.keras/.h5/.hdf5), float TFLite (.tflite)"
 
 
 def detect_format(path: Path) -> str:
@@ -42,7 +42,7 @@ def detect_format(path: Path) -> str:
             return "savedmodel"
         raise ModelLoadError(f"{path} is a folder but not a TF SavedModel (no saved_model.pb).", "Supported: " + SUPPORTED)
     suffix = path.suffix.lower()
-    kinds = {".onnx": "onnx", ".keras": "keras", ".h5": "keras", ".tflite": "tflite"}
+    kinds = {".onnx": "onnx", ".keras": "keras", ".h5": "keras", ".hdf5": "keras", ".tflite": "tflite"}
     if suffix not in kinds:
         raise ModelLoadError(f"Unsupported model file '{path.name}'.", "Supported: " + SUPPORTED)
     return kinds[suffix]

@@ -33,7 +33,7 @@ from .errors import ConversionError
               help="When a format fails its gate: try calibration alternatives, then keep the most sensitive layers float.")
 @click.option("--recover-budget", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
               help="Wall time one format's recovery may take (default: twice its first candidate's work, "
-                   "counted in CPU seconds, at least 20).")
+                   "counted in CPU seconds, at least 45).")
 @click.option("--float-nodes", "float_nodes", multiple=True, metavar="PATTERN",
               help="Keep these layers float: node names or op types, shell patterns. Repeatable.")
 @click.option("--calib-method", type=click.Choice(["minmax", "percentile", "entropy"]), default=None,
@@ -60,7 +60,7 @@ from .errors import ConversionError
 def convert(model, profiles, out, calib, validation, calib_count, input_shapes, preprocess, outputs, metric, recover,
             recover_budget, float_nodes, calib_method, streams, head, labels, bake_preprocess, allow_accuracy_drop, force,
             as_json, fleet_address, tls_dir, insecure):
-    """Convert MODEL (ONNX, SavedModel, .keras/.h5, float .tflite) into one artifact per --profile.
+    """Convert MODEL (ONNX, SavedModel, .keras/.h5/.hdf5, float .tflite) into one artifact per --profile.
 
     Every profile is attempted; each format is judged by the accuracy gate and published on its
     own. The run ends with a profile x format table; it exits 6 if something could not be

@@ -140,6 +140,11 @@ class ScoresGate:
     (score >= ``positive_threshold``) of float and int8 are compared by F1 on dense outputs; a
     positive counts as matched when the other side scores it at least ``positive_threshold -
     positive_margin``.
+
+    A packed YOLO-style output is also judged by the objects its head draws (score >=
+    ``confidence`` after class-aware NMS): their F1 (``min_positive_f1``), found when the other
+    side scores the object at least ``confidence x (1 - object_margin)``, and the recall of the
+    class int8 loses most of (``min_class_recall``, for classes with 5+ float detections).
     """
 
     max_score_error: float = 0.1
@@ -147,6 +152,8 @@ class ScoresGate:
     positive_threshold: float = 0.5
     positive_margin: float = 0.15
     confidence: float = 0.25
+    object_margin: float = 0.0
+    min_class_recall: float = 0.7
 
 
 @dataclass(frozen=True)

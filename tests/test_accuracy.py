@@ -704,3 +704,54 @@ def test_sensitivity_skips_tensors_that_are_not_float(tmp_path):
     quantize_static(str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx"), Reader(), quant_format=QuantFormat.QDQ)
     ranked = onnx_layers(tmp_path / "f.onnx", tmp_path / "q.onnx", feeds)
     assert ranked and "greater" not in {e.name for e in ranked}
+
+
+def _yolov8_like(samples: int = 6, anchors: int = 600, seed: int = 0) -> np.ndarray:
+    """``[S, 1, 4 + 2, N]`` YOLOv8-style rows: centre/size boxes in pixels, two class scores. Per
+    sample three faces (class 0) fire 25 anchors each at 0.85-0.95 around one box; one object of a
+    rarer class (1) fires 3 anchors at 0.35-0.45, below the per-anchor positive threshold."""
+    rng = np.random.default_rng(seed)
+    out = np.zeros((samples, 1, 6, anchors))
+    out[:, 0, 0:2] = rng.uniform(20, 300, (samples, 2, anchors))
+    out[:, 0, 2:4] = rng.uniform(10, 60, (samples, 2, anchors))
+    out[:, 0, 4:6] = rng.uniform(0.0, 0.05, (samples, 2, anchors))
+    for s in range(samples):
+        for k, (cls, count, lo, hi) in enumerate([(0, 25, 0.85, 0.95)] * 3 + [(1, 3, 0.35, 0.45)]):
+            idx = np.arange(k * 30, k * 30 + count)
+            centre = np.array([40 + 70 * k, 60 + 50 * k])
+            out[s, 0, 0:2, idx] = centre + rng.normal(0, 1.5, (count, 2))
+            out[s, 0, 2:4, idx] = 40 + rng.normal(0, 1.0, (count, 2))
+            out[s, 0, 4 + cls, idx] = rng.uniform(lo, hi, count)
+    return out
+
+
+def test_a_packed_detector_is_judged_by_the_objects_its_head_draws():
+    """A YOLOv8n (NudeNet's) lost 5 of 10 detections of its rarer class while the per-anchor
+    positive F1 stayed 0.97: faces fire 25 anchors each, the other class three, scored 0.3-0.5.
+    The objects the head draws (score >= 0.25 after class-aware NMS) are matched float to int8."""
+    rows = _yolov8_like()
+    kind = OutputKind("packed", axis=-2, groups=[OutputGroup("boxes", 0, 4, "boxes"), OutputGroup("scores", 4, 6, "scores")])
+    ok = evaluate_output(list(rows), list(rows + RNG.normal(0, 0.01, rows.shape)), kind, SPEC)
+    assert ok["passed"], ok["failures"]
+    assert ok["groups"]["objects"]["detections"] == [24, 24] and ok["groups"]["objects"]["object_f1"] == 1.0
+
+    lost = rows.copy()
+    lost[:4, 0, 5] *= 0.3  # the rarer class falls below 0.175 on four of six samples
+    bad = evaluate_output(list(rows), list(lost), kind, SPEC)
+    assert bad["groups"]["scores"]["passed"], "per anchor, nothing is lost at 0.5"
+    assert not bad["passed"] and bad["groups"]["objects"]["worst_class"] == {"class": 1, "float_detections": 6,
+                                                                              "recall": pytest.approx(1 / 3, abs=1e-3)}
+    assert any("class 1: int8 finds 33%" in f for f in bad["failures"]), bad["failures"]
+
+    near = rows.copy()  # 0.35-0.45 against 0.2-0.3: by default what is drawn counts, a margin forgives it
+    near[:, 0, 5] = np.where(near[:, 0, 5] > 0.3, near[:, 0, 5] - 0.15, near[:, 0, 5])
+    strict = evaluate_output(list(rows), list(near), kind, SPEC)["groups"]["objects"]
+    assert strict["object_recall"] < 1.0 and strict["detections"][0] == 24
+    lenient = dataclasses.replace(SPEC, scores=dataclasses.replace(SPEC.scores, object_margin=0.4))
+    assert evaluate_output(list(rows), list(near), kind, lenient)["groups"]["objects"]["object_f1"] == 1.0
+
+    raw = rows.copy()  # raw regressors (YOLOX offsets, log sizes) are not boxes: not judged as objects
+    raw[:, 0, 2:4] = np.log(raw[:, 0, 2:4]) - 4
+    assert "objects" not in evaluate_output(list(raw), list(raw), kind, SPEC)["groups"]
+    few = evaluate_output(list(rows[:2]), list(lost[:2]), kind, SPEC)["groups"]["objects"]  # 8 objects: too few to judge
+    assert few["passed"] and "draws only 8 object(s)" in few["not_judged"]

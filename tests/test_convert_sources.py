@@ -165,3 +165,18 @@ def test_two_stage_classifier_converts_even_when_the_data_never_takes_a_branch(t
             else:  # the verifier ran (float): a probability, and no crash on the branch never calibrated
                 assert 0.0 <= got <= 1.0
     assert took == {True, False}
+
+
+def test_a_legacy_hdf5_keras_file_converts(tmp_path, cnn_images):
+    """Keras 2's HDF5 format under its other common name (``.hdf5``, as ModelCheckpoint examples and
+    fer's emotion model ship it): it was refused as an unsupported file."""
+    from edge_sdk.converters.sources import read_source
+
+    from models import trained_cnn
+
+    trained_cnn().save(tmp_path / "cnn.h5")
+    path = (tmp_path / "cnn.h5").rename(tmp_path / "cnn.hdf5")
+    src = read_source(path)
+    assert src.format == "keras" and [o.shape[-1] for o in src.outputs] == [10]
+    summary = edge_sdk.convert(path, ["intel-cpu"], tmp_path / "out", calib=cnn_images, progress=None)
+    assert summary.profiles[0].published, summary.table()

@@ -49,7 +49,7 @@ RecoverMode = Literal["off", "calibration", "mixed", "explain"]
 #: Budget when the user sets none: this many times the baseline candidate's own time...
 BUDGET_FACTOR = 2.0
 #: ...but never less than this (small models are fast; a few candidates still fit).
-MIN_BUDGET_S = 20.0
+MIN_BUDGET_S = 45.0
 #: Layers whose gain alone is measured (the report's "gain" column).
 GAIN_TOP = 3
 #: Cumulative float-layer counts tried, fewest first.

@@ -116,6 +116,16 @@ def run_pipeline(root: Path, profiles: list[str] | None = None) -> dict[str, Any
 
 
 def _float_runner(model: Path):
+    if model.suffix in (".keras", ".h5", ".hdf5"):
+        from edge_sdk.converters.sources import keras_output_names, load_keras
+
+        km = load_keras(model)
+        knames = keras_output_names(km)
+
+        def run_keras(feed):
+            outs = km(*feed.values(), training=False)
+            return {n: np.asarray(o) for n, o in zip(knames, outs if isinstance(outs, (list, tuple)) else [outs])}
+        return run_keras
     if model.suffix == ".onnx":
         import onnxruntime as ort
 

