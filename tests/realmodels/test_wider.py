@@ -142,3 +142,23 @@ def test_a_yolox_head_is_judged_with_its_objectness(results):
     published = {(r["profile"], r["format"]) for r in res["rows"] if r["status"] == "published"}
     for want in (("intel-cpu", "openvino-ir"), ("jetson-orin", "onnx-qdq"), ("arm-cpu", "tflite-int8"), ("arm-cpu", "onnx-qdq")):
         assert want in published, (want, res["rows"])
+
+
+def test_a_real_yolov8_is_judged_by_the_objects_it_draws(results):
+    """NudeNet's YOLOv8n, exported with dynamic height/width: converts with --input-shape alone, and
+    every format's gate judges the decoded objects (float against int8), not only anchors - where the
+    per-anchor figures passed an OpenVINO candidate that lost half of its rarer class's detections.
+    OpenVINO, jetson-orin's ONNX and arm-cpu's TFLite publish early in recovery's search."""
+    rows = results["nudenet_yolov8"]["rows"]
+    for r in rows:
+        if r["status"] != "conversion_failed":
+            assert "objects [objects]: object f1" in r["figures"], r
+    published = {(r["profile"], r["format"]) for r in rows if r["status"] == "published"}
+    assert {("intel-cpu", "openvino-ir"), ("jetson-orin", "onnx-qdq"), ("arm-cpu", "tflite-int8")} <= published, rows
+
+
+def test_a_keras_hdf5_classifier_publishes_everywhere(results):
+    """fer's expression classifier, a Keras 2 HDF5 file named .hdf5: every profile publishes and agrees
+    with the Keras model's top-1."""
+    rows = results["fer_emotion"]["rows"]
+    assert all(r["status"] == "published" and r["task_passed"] for r in rows), rows
