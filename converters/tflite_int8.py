@@ -246,6 +246,24 @@ def output_dtype(job: ConvertJob) -> str:
     return q.output_dtype
 
 
+def _pixel_inputs(job: ConvertJob, form: Converted) -> tuple[bytes, dict]:
+    """For an integer-only target with uint8 I/O: the float form without the CASTs that turn uint8
+    pixel inputs into float (:func:`tflite_native.strip_input_casts`), and the calibration
+    statistics with those inputs' range set to 0..255, so that each is quantized with scale 1 and
+    zero point 0 (the pixels as they are). Otherwise the form and its statistics as they are."""
+    from .tflite_native import RANGE_METHODS, strip_input_casts
+
+    stats = _stats(job, form)
+    if not integer_only(job) or job.profile.quantization.input_dtype != "uint8":
+        return form.model, stats
+    model, made_float = strip_input_casts(form.model)
+    if made_float:
+        stats = {**stats, **{i: {m: (0.0, 255.0) for m in RANGE_METHODS} for i in made_float}}
+        job.log(f"{len(made_float)} uint8 input(s) cast to float inside: the CAST removed, the input quantized "
+                "as pixels (uint8, scale 1, zero point 0) so that the graph after it can map")
+    return model, stats
+
+
 def _quantize(job: ConvertJob, form: Converted) -> bytes:
     from .tflite_native import apply_stats, delay_float_ops, quantize
 
@@ -253,7 +271,8 @@ def _quantize(job: ConvertJob, form: Converted) -> bytes:
     method = recipe.method(job.profile)
     job.log(f"MLIR quantizer int8 ({method}, {q.weights_label} weights"
             + (f", {len(recipe.float_nodes)} op(s) float" if recipe.float_nodes else "") + ")")
-    calibrated = apply_stats(form.model, _stats(job, form), method)
+    float_model, stats = _pixel_inputs(job, form)
+    calibrated = apply_stats(float_model, stats, method)
     model = quantize(calibrated, per_tensor=q.weights == "per-tensor", per_tensor_dense=q.dense == "per-tensor",
                      input_dtype=q.input_dtype,
                      output_dtype=output_dtype(job), float_nodes=recipe.float_nodes, float_ops=recipe.float_ops,

@@ -595,6 +595,46 @@ def static_shapes(model: bytes, input_shapes: dict[str, list[int]]) -> bytes:
 PERCENTILE_TAIL = 1e-4
 
 
+def strip_input_casts(model: bytes) -> tuple[bytes, list[int]]:
+    """A uint8 model input whose only reader is a CAST to float32 (EfficientDet-Lite's exports take
+    pixels so) becomes a float32 input, and the CAST goes: its readers read the input instead.
+
+    For an integer-only target: the CAST has no integer form, and the whole graph after it stayed
+    off the accelerator. Quantized to uint8 with the range 0..255 (scale 1, zero point 0), the new
+    input takes exactly the pixels the source took, so the input contract does not change.
+
+    Returns:
+        (the model, the tensor indices of the inputs made float); the model itself when none.
+    """
+    schema, m = _load(model)
+    if not m.subgraphs:
+        return model, []
+    names = _op_names(schema, m)
+    sg = m.subgraphs[0]
+    readers: dict[int, list[int]] = {}
+    for k, op in enumerate(sg.operators or []):
+        for i in op.inputs if op.inputs is not None else []:
+            readers.setdefault(int(i), []).append(k)
+    drop: dict[int, int] = {}  # CAST op index -> the input it reads
+    for i in (int(x) for x in sg.inputs):
+        ks = readers.get(i, [])
+        if sg.tensors[i].type != schema.TensorType.UINT8 or len(ks) != 1 or names[sg.operators[ks[0]].opcodeIndex] != "CAST":
+            continue
+        out = int(sg.operators[ks[0]].outputs[0])
+        if sg.tensors[out].type == schema.TensorType.FLOAT32 and out not in {int(x) for x in sg.outputs}:
+            drop[ks[0]] = i
+    if not drop:
+        return model, []
+    renamed = {int(sg.operators[k].outputs[0]): i for k, i in drop.items()}
+    for k, op in enumerate(sg.operators):
+        if op.inputs is not None and k not in drop:
+            op.inputs = [renamed.get(int(x), int(x)) for x in op.inputs]
+    sg.operators = [op for k, op in enumerate(sg.operators) if k not in drop]
+    for i in drop.values():
+        sg.tensors[i].type = schema.TensorType.FLOAT32
+    return _pack(m, len(model)), sorted(drop.values())
+
+
 def calibrate(model: bytes, feeds: Iterable) -> dict[int, dict[str, tuple[float, float]]]:
     """Ranges of every float activation over ``feeds``: ``{tensor: {method: (low, high)}}``
     (:meth:`RangeStats.ranges`). The model runs

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -258,3 +259,31 @@ def test_end2end_head_is_checked_and_declares_a_detection_list():
     bad = SourceModel(Path("m.onnx"), "onnx", "0" * 64, src.inputs, [TensorSpec("output0", [1, 7, 2100], "float32")])
     with pytest.raises(InputValidationError, match="expected \\[1, K, 6\\+\\] rows"):
         postprocess("end2end", None, bad, {})
+
+
+def test_a_uint8_input_model_maps_on_the_edge_tpu(ssd, tmp_path):
+    """The Edge TPU has no CAST: a float model that casts uint8 pixels inside left everything after
+    the cast on the CPU ("Ops left in float ... #0 CAST"). The cast goes and the input is quantized
+    as the pixels themselves (uint8, scale 1, zero point 0): the same input contract, integer ops
+    up to the box decoding's EXP, and the detections of the float op."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from edge_sdk.converters.tflite_native import used_ops
+
+    root, _ = ssd
+    model = ssd_postprocess_tflite(tmp_path / "u8.tflite", uint8_input=True)
+    summary = edge_sdk.convert(str(model), ["coral-edgetpu"], tmp_path / "out", calib=root / "calib", progress=None)
+    folder = summary.profiles[0].folder
+    assert summary.profiles[0].published, summary.table()
+    m = read_manifest(folder)
+    q = m.inputs[0].quantization
+    assert m.inputs[0].dtype == "uint8" and (q.scale, q.zero_point) == (1.0, 0)
+    blob = (Path(folder) / "model.tflite").read_bytes()
+    assert "CAST" not in used_ops(blob)
+    it = Interpreter(model_content=blob)
+    first = min(op["index"] for op in it._get_ops_details() if op["op_name"] in ("EXP", "DEQUANTIZE"))
+    assert first >= 10, it._get_ops_details()[:first + 1]  # the convolutions before the decoding are integer
+    frames, _ = coloured_squares(6, seed=21)
+    with edge_sdk.load(folder) as loaded:
+        f1s = [matched_f1(op_detections(model, f), loaded.infer_image(f).detections) for f in frames]
+    assert float(np.mean(f1s)) >= 0.9, f1s
