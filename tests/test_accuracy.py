@@ -755,3 +755,6 @@ def test_a_packed_detector_is_judged_by_the_objects_its_head_draws():
     assert "objects" not in evaluate_output(list(raw), list(raw), kind, SPEC)["groups"]
     few = evaluate_output(list(rows[:2]), list(lost[:2]), kind, SPEC)["groups"]["objects"]  # 8 objects: too few to judge
     assert few["passed"] and "draws only 8 object(s)" in few["not_judged"]
+    background = rows.copy()  # a softmax head's background class scores every anchor: not sparse objects
+    background[:, 0, 4] = 0.9
+    assert "objects" not in evaluate_output(list(background), list(background), kind, SPEC)["groups"]

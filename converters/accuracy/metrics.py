@@ -268,6 +268,8 @@ def detections_metrics(r: np.ndarray, t: np.ndarray, spec: AccuracySpec) -> tupl
 
 #: Objects the float model must draw on the held-back samples before their F1 is judged.
 MIN_OBJECTS = 10
+#: Candidates per sample the object check keeps (NMS is quadratic in them).
+MAX_CANDIDATES = 1000
 
 
 def _packed_detections(x: np.ndarray, kind: OutputKind, ax: int, soft: float, iou: float,
@@ -276,7 +278,8 @@ def _packed_detections(x: np.ndarray, kind: OutputKind, ax: int, soft: float, io
     rows ``x1, y1, x2, y2, score, class`` scoring at least ``soft`` after class-aware NMS (boxes
     read as centre x, y, width, height, as YOLOv5/v8/v11 write them; the best class's score,
     times objectness where there is one). None when the output is not such a head: not exactly one
-    4-channel box group beside one score group, or (``scores_in_range``) scores outside 0..1."""
+    4-channel box group beside one score group, or (``scores_in_range``, the float side) scores
+    outside 0..1, or a third of all anchors scoring (a softmax's background class: SSD-style)."""
     from edge_sdk.detect import nms  # numpy only, as this module
 
     boxes = [g for g in kind.groups if g.kind == "boxes"]
@@ -293,10 +296,14 @@ def _packed_detections(x: np.ndarray, kind: OutputKind, ax: int, soft: float, io
     samples = x.shape[0]
     box = np.moveaxis(np.take(x, range(boxes[0].start, boxes[0].stop), axis=ax), ax, -1).reshape(samples, -1, 4)
     cls = np.moveaxis(product, ax, -1).reshape(samples, box.shape[1], -1)
+    if scores_in_range and np.mean(cls.max(axis=2) >= soft) > 0.3:
+        return None  # a third of all anchors "detect": a background class or a dense map, not sparse objects
     out = []
     for b, c in zip(box, cls):
         best, label = c.max(axis=1), c.argmax(axis=1)
         keep = np.flatnonzero(best >= soft)
+        if len(keep) > MAX_CANDIDATES:  # int8 garbage scoring everywhere: its best ones are enough to judge
+            keep = keep[np.argsort(-best[keep], kind="stable")[:MAX_CANDIDATES]]
         xyxy = np.concatenate([b[keep, :2] - b[keep, 2:] / 2, b[keep, :2] + b[keep, 2:] / 2], axis=1)
         kept = keep[nms(xyxy, best[keep], iou, classes=label[keep])] if len(keep) else keep
         rows = np.concatenate([b[kept, :2] - b[kept, 2:] / 2, b[kept, :2] + b[kept, 2:] / 2,
