@@ -144,7 +144,7 @@ class ScoresGate:
     A packed YOLO-style output is also judged by the objects its head draws (score >=
     ``confidence`` after class-aware NMS): their F1 (``min_positive_f1``), found when the other
     side scores the object at least ``confidence x (1 - object_margin)``, and the recall of the
-    class int8 loses most of (``min_class_recall``, for classes with 5+ float detections).
+    class int8 loses most of (``min_class_recall``, for classes with 10+ float detections).
     """
 
     max_score_error: float = 0.1

@@ -729,24 +729,25 @@ def test_a_packed_detector_is_judged_by_the_objects_its_head_draws():
     """A YOLOv8n (NudeNet's) lost 5 of 10 detections of its rarer class while the per-anchor
     positive F1 stayed 0.97: faces fire 25 anchors each, the other class three, scored 0.3-0.5.
     The objects the head draws (score >= 0.25 after class-aware NMS) are matched float to int8."""
-    rows = _yolov8_like()
+    rows = _yolov8_like(samples=10)
     kind = OutputKind("packed", axis=-2, groups=[OutputGroup("boxes", 0, 4, "boxes"), OutputGroup("scores", 4, 6, "scores")])
     ok = evaluate_output(list(rows), list(rows + RNG.normal(0, 0.01, rows.shape)), kind, SPEC)
     assert ok["passed"], ok["failures"]
-    assert ok["groups"]["objects"]["detections"] == [24, 24] and ok["groups"]["objects"]["object_f1"] == 1.0
+    assert ok["groups"]["objects"]["detections"] == [40, 40] and ok["groups"]["objects"]["object_f1"] == 1.0
 
     lost = rows.copy()
-    lost[:4, 0, 5] *= 0.3  # the rarer class falls below 0.175 on four of six samples
+    lost[:4, 0, 5] *= 0.3  # the rarer class falls below 0.14 on four of ten samples: the pooled F1 still 0.95
     bad = evaluate_output(list(rows), list(lost), kind, SPEC)
     assert bad["groups"]["scores"]["passed"], "per anchor, nothing is lost at 0.5"
-    assert not bad["passed"] and bad["groups"]["objects"]["worst_class"] == {"class": 1, "float_detections": 6,
-                                                                              "recall": pytest.approx(1 / 3, abs=1e-3)}
-    assert any("class 1: int8 finds 33%" in f for f in bad["failures"]), bad["failures"]
+    assert not bad["passed"] and bad["groups"]["objects"]["worst_class"] == {"class": 1, "float_detections": 10,
+                                                                              "recall": pytest.approx(0.6, abs=1e-3)}
+    assert any("class 1: int8 finds 60%" in f for f in bad["failures"]), bad["failures"]
+    assert bad["groups"]["objects"]["object_f1"] >= 0.9  # what fails it is the class, not the pool
 
-    near = rows.copy()  # 0.35-0.45 against 0.2-0.3: by default what is drawn counts, a margin forgives it
-    near[:, 0, 5] = np.where(near[:, 0, 5] > 0.3, near[:, 0, 5] - 0.15, near[:, 0, 5])
+    near = rows.copy()  # 0.35-0.45 against 0.22: by default what is drawn counts, a margin forgives it
+    near[:, 0, 5] = np.where(near[:, 0, 5] > 0.3, 0.22, near[:, 0, 5])
     strict = evaluate_output(list(rows), list(near), kind, SPEC)["groups"]["objects"]
-    assert strict["object_recall"] < 1.0 and strict["detections"][0] == 24
+    assert strict["object_recall"] < 1.0 and strict["detections"][0] == 40
     lenient = dataclasses.replace(SPEC, scores=dataclasses.replace(SPEC.scores, object_margin=0.4))
     assert evaluate_output(list(rows), list(near), kind, lenient)["groups"]["objects"]["object_f1"] == 1.0
 

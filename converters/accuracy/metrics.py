@@ -268,6 +268,8 @@ def detections_metrics(r: np.ndarray, t: np.ndarray, spec: AccuracySpec) -> tupl
 
 #: Objects the float model must draw on the held-back samples before their F1 is judged.
 MIN_OBJECTS = 10
+#: Float detections of one class before its own recall is judged (5 of 8 lost is noise-sized).
+MIN_CLASS_OBJECTS = 10
 #: Candidates per sample the object check keeps (NMS is quadratic in them).
 MAX_CANDIDATES = 1000
 
@@ -364,13 +366,13 @@ def packed_objects_metrics(r: np.ndarray, t: np.ndarray, kind: OutputKind, ax: i
                            "decoded": f"centre/size boxes, best class x objectness, class-aware NMS at IoU 0.45, "
                                       f"score >= {conf}" + (f" (found at >= {soft:.3g})" if soft < conf else ""),
                            "classes": classes}
-    # The class the int8 model loses most of (5+ float detections), by its own recall: a rare
-    # class's losses barely move the pooled F1.
+    # The class the int8 model loses most of (MIN_CLASS_OBJECTS+ float detections), by its own
+    # recall: a rare class's losses barely move the pooled F1.
     per = {}
     for c in classes:
         a = [x[x[:, 5] == c] for x in shown]
         n = sum(len(x) for x in a)
-        if n >= 5:
+        if n >= MIN_CLASS_OBJECTS:
             per[c] = (sum(_match_rows(x, y) for x, y in zip(a, test)) / n, n)
     fails: list[str] = []
     if n_ref < MIN_OBJECTS:  # one object of five moves F1 by 0.1: the per-anchor figures judge alone
