@@ -48,8 +48,13 @@ if TYPE_CHECKING:
 RecoverMode = Literal["off", "calibration", "mixed", "explain"]
 #: Budget when the user sets none: this many times the baseline candidate's own time...
 BUDGET_FACTOR = 2.0
-#: ...but never less than this (small models are fast; a few candidates still fit).
+#: ...but never less than this (small models are fast; a few candidates still fit)...
 MIN_BUDGET_S = 45.0
+#: ...of which the calibration alternatives may use only up to this floor (or twice the baseline):
+#: the rest is the mixed-precision search's. With the whole 45 s open to them, a percentile pass
+#: (22 CPU s on BlazeFace full range) ran where it had been skipped, and the one layer kept float
+#: that passes was never reached.
+MIN_ALTERNATIVES_S = 20.0
 #: Layers whose gain alone is measured (the report's "gain" column).
 GAIN_TOP = 3
 #: Cumulative float-layer counts tried, fewest first.
@@ -487,6 +492,11 @@ def convert_format(ctx: "BuildContext", fmt: str, cfg: RecoveryConfig) -> Recove
         return rec
     ctx.say(f"{fmt}: gate failed; recovering ({cfg.mode}, budget {budget:.0f} {loop.unit})")
     best = base
+    # In mixed mode the calibration alternatives stop where the old 20 s floor ended (or twice the
+    # baseline): the rest of the budget stays with the mixed-precision search.
+    alternatives_share = budget if cfg.budget_s is not None or cfg.mode != "mixed" else \
+        max(min_budget(loop, MIN_ALTERNATIVES_S), BUDGET_FACTOR * base_cost)
+    reserved = budget - min(alternatives_share, budget)
     for alt, cost in ALTERNATIVES.get(fmt, []):
         if alt.calibration == base.recipe.method(ctx.profile) and not alt.options:
             continue
@@ -494,10 +504,11 @@ def convert_format(ctx: "BuildContext", fmt: str, cfg: RecoveryConfig) -> Recove
             loop.steps.append({"recipe": alt.name, "seconds": 0.0, "cpu_s": 0.0, "passed": False,
                                "skipped": "no activation x activation matmul: SmoothQuant has nothing to smooth"})
             continue
-        if loop.time_left() < cost * base_cost:
+        if loop.time_left() - reserved < cost * base_cost:
             loop.steps.append({"recipe": alt.name, "seconds": 0.0, "cpu_s": 0.0, "passed": False,
                                "skipped": f"estimated {cost * base_cost:.0f} {loop.unit} > "
-                                          f"{max(loop.time_left(), 0):.0f} {loop.unit} left"})
+                                          f"{max(loop.time_left() - reserved, 0):.0f} {loop.unit} left"
+                                          + (" for calibration alternatives" if reserved else "")})
             continue
         cand = loop.make(Recipe(calibration=alt.calibration, options=alt.options, float_nodes=base.recipe.float_nodes,
                                 float_ops=base.recipe.float_ops, name=alt.name, why=base.recipe.why))
@@ -518,14 +529,14 @@ def convert_format(ctx: "BuildContext", fmt: str, cfg: RecoveryConfig) -> Recove
     return rec
 
 
-def min_budget(loop: Loop) -> float:
-    """The budget's floor in the loop's clock: MIN_BUDGET_S of wall time, in CPU seconds at the
+def min_budget(loop: Loop, floor: float = MIN_BUDGET_S) -> float:
+    """The budget's floor in the loop's clock: ``floor`` seconds of wall time, in CPU seconds at the
     baseline's own parallelism (on a 16-core workstation a small model's baseline runs on many
-    threads: 20 CPU seconds there would be a second or two), never below MIN_BUDGET_S."""
+    threads: 20 CPU seconds there would be a second or two), never below ``floor``."""
     if not loop.cpu:
-        return MIN_BUDGET_S
+        return floor
     base = loop.steps[0]
-    return MIN_BUDGET_S * max(1.0, base.get("cpu_s", 0.0) / max(base["seconds"], 1e-6))
+    return floor * max(1.0, base.get("cpu_s", 0.0) / max(base["seconds"], 1e-6))
 
 
 def advice(ctx: "BuildContext", loop: Loop, rec: Recovery) -> str:
