@@ -61,6 +61,9 @@ class SourceModel:
     #: The file the user gave, where ``path`` is a rewrite of it made for the conversion (a TFLite
     #: source whose ``TFLite_Detection_PostProcess`` was replaced); None: ``path`` is that file.
     origin: Path | None = None
+    #: ``(height, width)`` the model's metadata records as its image size (ONNX ``imgsz``, as
+    #: Ultralytics exports write it): suggested when an input's size is left open, never applied.
+    image_size: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from edge_sdk.errors import CalibrationError, EdgeSDKError
 from edge_sdk.manifest import TensorSpec
 
 from .base import Feed
+from .shapes import image_layout
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm"}
 #: Samples generated for ``--calib random`` when no count is given.
@@ -121,11 +122,8 @@ def run_sequence(run: Callable[[Feed], dict[str, np.ndarray]], sequence: Sequenc
 
 def default_preprocess(shape: list[int]) -> pp.PreprocessSpec:
     """A spec for an image input of ``shape``: layout from where the channels are, 0..1 scaling."""
-    if len(shape) == 4 and shape[1] in (1, 3) and shape[3] not in (1, 3):
-        layout = "NCHW"
-    elif len(shape) == 4 and shape[3] in (1, 3):
-        layout = "NHWC"
-    else:
+    layout = image_layout(shape)
+    if layout is None:
         raise CalibrationError(f"Cannot calibrate input of shape {shape} from images: it is not an image (N,C,H,W / N,H,W,C).",
                                "Pass .npy/.npz arrays instead of an image folder.")
     channels = shape[1] if layout == "NCHW" else shape[3]

@@ -38,7 +38,7 @@ from .openvino_bake import check_profiles as check_bake_profiles
 from .heads import postprocess as postprocess_for
 from .recovery import RecoveryConfig
 from .shapes import StaticShapes, fix_shapes, parse_input_shape
-from .sources import READERS, image_size_hint, read_source, to_static_onnx, with_static_outputs
+from .sources import READERS, read_source, to_static_onnx, with_static_outputs
 from .summary import ConvertSummary, ProfileSummary
 
 __all__ = ["ConvertSummary", "ProfileSummary", "convert"]
@@ -323,9 +323,8 @@ def _convert(model, profiles, out: Path, cfg: ConvertConfig, log) -> ConvertSumm
     log(f"source: {source.format}, inputs {[(s.name, s.shape) for s in source.inputs]}, "
         f"outputs {[(s.name, s.shape) for s in source.outputs]}")
     _check_streams(cfg.streams, source)
-    hint = image_size_hint(source) if any(d < 0 for i in source.inputs for d in i.shape[1:]) else None
-    static = {p.name: fix_shapes(source.inputs, p.artifact.batch_size, cfg.input_shapes, source.batch_axes, hint)
-              for p in profs}
+    static = {p.name: fix_shapes(source.inputs, p.artifact.batch_size, cfg.input_shapes, source.batch_axes,
+                                 source.image_size) for p in profs}
     summaries: list[ProfileSummary] = []
     kinds_report: list[dict] = []
     with _locked(out, log), tempfile.TemporaryDirectory(prefix="edge-sdk-convert-") as tmp:

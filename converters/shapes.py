@@ -63,7 +63,7 @@ def parse_input_shape(text: str) -> tuple[str, list[int]]:
 
 def _example(spec: TensorSpec, batch: int, size_hint: tuple[int, int] | None = None) -> str:
     dims = [str(batch) if i == 0 and d < 0 else (str(d) if d > 0 else "<size>") for i, d in enumerate(spec.shape)]
-    spatial = _spatial_axes(spec.shape)
+    spatial = {"NCHW": (2, 3), "NHWC": (1, 2), None: ()}[image_layout(spec.shape)]
     if size_hint and spatial and all(dims[a] == "<size>" for a in spatial):
         for a, v in zip(spatial, size_hint):
             dims[a] = str(v)
@@ -71,15 +71,13 @@ def _example(spec: TensorSpec, batch: int, size_hint: tuple[int, int] | None = N
     return f"--input-shape {spec.name}:{','.join(dims)}"
 
 
-def _spatial_axes(shape: list[int]) -> tuple[int, int] | None:
-    """The height and width axes of a 4-D image input (NCHW when dim 1 is 1 or 3 channels, NHWC
-    when the last is), None for any other input."""
-    if len(shape) != 4:
-        return None
-    if shape[1] in (1, 3) and shape[3] not in (1, 3):
-        return (2, 3)
-    if shape[3] in (1, 3) and shape[1] not in (1, 3):
-        return (1, 2)
+def image_layout(shape: list[int]) -> str | None:
+    """``NCHW`` or ``NHWC`` for a 4-D image input (1 or 3 channels; dim 1 wins when both could
+    be), None for any other input. Dynamic dims (-1) are never channels."""
+    if len(shape) == 4 and shape[1] in (1, 3) and shape[3] not in (1, 3):
+        return "NCHW"
+    if len(shape) == 4 and shape[3] in (1, 3):
+        return "NHWC"
     return None
 
 
@@ -117,12 +115,12 @@ def fix_shapes(inputs: list[TensorSpec], batch_size: int, user: dict[str, list[i
             if len(want) != len(src):
                 raise InputValidationError(
                     f"--input-shape {spec.name}: rank {len(want)} but the input has rank {len(src)} (shape {src}).",
-                    f"example: {_example(spec, batch_size)}")
+                    f"example: {_example(spec, batch_size, size_hint)}")
             for i, (s, w) in enumerate(zip(src, want)):
                 if s > 0 and s != w:
                     raise InputValidationError(
                         f"--input-shape {spec.name}: dim {i} is fixed to {s} in the model, not {w}.",
-                        f"example: {_example(spec, batch_size)}")
+                        f"example: {_example(spec, batch_size, size_hint)}")
             shape = list(want)
             if src and src[0] < 0 and shape[0] != batch_size:
                 result.notes.append(f"input '{spec.name}': batch dim set to {shape[0]} by --input-shape "

@@ -166,27 +166,26 @@ def read_source(path: str | Path) -> SourceModel:
     ins, outs = READERS.get(fmt)(path)
     if not ins or not outs:
         raise ModelLoadError(f"{path} declares no inputs or no outputs.", "Export the model with its inputs and outputs.")
+    batch_axes, image_size = _onnx_facts(path) if fmt == "onnx" else ({}, None)
     return SourceModel(path=path, format=fmt, sha256=_hash_source(path), inputs=ins, outputs=outs,  # type: ignore[arg-type]
-                       batch_axes=_onnx_batch_axes(path) if fmt == "onnx" else {})
+                       batch_axes=batch_axes, image_size=image_size)
 
 
-def image_size_hint(source: SourceModel) -> tuple[int, int] | None:
-    """``(height, width)`` an ONNX model's metadata records as its image size (Ultralytics writes
-    ``imgsz: [640, 640]`` or ``640``), or None."""
-    if source.format != "onnx":
-        return None
+def _onnx_facts(path: Path) -> tuple[dict[str, list[int]], tuple[int, int] | None]:
+    """What an ONNX file says beyond its tensor specs: per input the axes past the first whose
+    symbolic name is the batch's (the name of some input's dynamic dim 0), and the ``(height,
+    width)`` its metadata records as the image size (Ultralytics writes ``imgsz: [640, 640]`` or
+    ``640``), or None."""
     onnx = require("onnx", "reading ONNX models")
-    props = {p.key: p.value for p in onnx.load(str(source.path), load_external_data=False).metadata_props}
-    nums = [int(v) for v in re.findall(r"\d+", props.get("imgsz", ""))[:3]]
-    if len(nums) == 1:
-        nums *= 2
-    return (nums[0], nums[1]) if len(nums) == 2 and all(0 < n <= 16384 for n in nums) else None
+    model = onnx.load(str(path), load_external_data=False)
+    nums = [int(v) for v in re.findall(r"\d+", {p.key: p.value for p in model.metadata_props}.get("imgsz", ""))[:3]]
+    nums = nums * 2 if len(nums) == 1 else nums
+    image_size = (nums[0], nums[1]) if len(nums) == 2 and all(0 < n <= 16384 for n in nums) else None
+    return _batch_axes(model.graph), image_size
 
 
-def _onnx_batch_axes(path: Path) -> dict[str, list[int]]:
-    """Axes past the first whose symbolic name is the batch's (the name of some input's dynamic dim 0)."""
-    onnx = require("onnx", "reading ONNX models")
-    graph = onnx.load(str(path), load_external_data=False).graph
+def _batch_axes(graph) -> dict[str, list[int]]:
+    """Input name -> the axes past the first named like the batch (some input's dynamic dim 0)."""
     inits = {i.name for i in graph.initializer}
     dims = {v.name: list(v.type.tensor_type.shape.dim) for v in graph.input if v.name not in inits}
     batch = {d[0].dim_param for d in dims.values() if d and d[0].dim_param}

@@ -40,11 +40,14 @@ def test_the_metadata_image_size_is_suggested_never_applied(tmp_path):
     import onnx
     from onnx import TensorProto, helper
 
-    from edge_sdk.converters.sources import image_size_hint, read_source
+    from edge_sdk.converters.sources import read_source
 
     nchw = [TensorSpec("images", [-1, 3, -1, -1], "float32")]
     with pytest.raises(InputValidationError, match=r"--input-shape images:1,3,320,256 \(the image size the model's metadata"):
         fix_shapes(nchw, 1, size_hint=(320, 256))
+    with pytest.raises(InputValidationError) as err:  # a wrong rank: the example carries the size too
+        fix_shapes(nchw, 1, {"images": [1, 3, 320]}, size_hint=(320, 256))
+    assert "--input-shape images:1,3,320,256" in err.value.hint
     with pytest.raises(InputValidationError, match=r"--input-shape x:1,640,640,3 \("):
         fix_shapes([TensorSpec("x", [-1, -1, -1, 3], "float32")], 1, size_hint=(640, 640))
     with pytest.raises(InputValidationError, match=r"--input-shape x:1,<size>,8\b"):  # not an image: no size put in
@@ -57,7 +60,7 @@ def test_the_metadata_image_size_is_suggested_never_applied(tmp_path):
         del model.metadata_props[:]
         helper.set_model_props(model, {"imgsz": value})
         onnx.save(model, str(tmp_path / "m.onnx"))
-        assert image_size_hint(read_source(tmp_path / "m.onnx")) == want
+        assert read_source(tmp_path / "m.onnx").image_size == want
 
 
 @pytest.mark.parametrize("user, match", [
