@@ -88,7 +88,7 @@ def test_cli_reports_watts_from_fake_rapl_updated_during_the_run(arts, tmp_path,
     monkeypatch.setenv("EDGE_SDK_SYSFS_ROOT", str(tmp_path))
     j = tmp_path / "r.json"
     with fs.rapl_writer(tmp_path, {"intel-rapl:0": 9.0}, span):
-        code = main(["bench", str(arts["intel-cpu"]), "--duration", "0.5", "--warmup", "1", "--json-out", str(j)])
+        code = main(["bench", str(arts["intel-cpu"]), "--duration", "2.0", "--warmup", "1", "--json-out", str(j)])
     cap = capsys.readouterr()
     assert code == 0, cap.err
     p = json.loads(j.read_text())["results"][0]["power"]
