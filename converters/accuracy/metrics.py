@@ -126,6 +126,17 @@ def scores_metrics(r: np.ndarray, t: np.ndarray, axis: int, activation: str, spe
             if classes > 5:
                 top5 = np.argsort(-q[confident], axis=1)[:, :5]
                 out["top5_agreement"] = _r(float(np.mean(np.any(top5 == top[:, None], axis=1))))
+        elif not dense and p.min() >= -1e-6 and p.max() <= 1 + 1e-6:
+            # One probability per sample (a wake word, hand presence, handedness, a binary
+            # classifier): apps act on its side of 0.5, so that decision is its top-1. A mean
+            # score error of 0.09 hid 0.87 -> 0.24 flips on 6 of 40 hands (MediaPipe hand lite).
+            a, b = p[:, 0] >= 0.5, q[:, 0] >= 0.5
+            agree = a == b
+            out["decision_agreement"] = _r(float(agree.mean()))
+            out["decisions"] = [int(a.sum()), int(b.sum())]
+            _check(out, fails, "decision_agreement", float(agree.mean()), spec.min_top1_agreement, True,
+                   f"decisions at 0.5 agree on {int(agree.sum())} of {agree.size} samples "
+                   f"({agree.mean():.3f} < {spec.min_top1_agreement}; float says yes on {int(a.sum())}, int8 on {int(b.sum())})")
     where = confident
     if dense:
         thr, soft = g.positive_threshold, g.positive_threshold - g.positive_margin
@@ -558,7 +569,7 @@ def _worst(groups: dict[str, dict[str, Any]]) -> str:
 
 def one_line(name: str, m: dict[str, Any]) -> str:
     """``name [kind]: the figures that judge it`` for progress lines and reports."""
-    keys = ("detection_f1", "object_f1", "top1_agreement", "score_error", "positive_f1", "range_error", "range_error_p99", "iou", "frame_iou_mean",
+    keys = ("detection_f1", "object_f1", "top1_agreement", "decision_agreement", "score_error", "positive_f1", "range_error", "range_error_p99", "iou", "frame_iou_mean",
             "frame_iou_min", "cosine_mean", "cosine_min", "token_error", "step_agreement", "sequence_agreement")
     if "groups" in m:
         return "; ".join(one_line(f"{name}/{g}", gm) for g, gm in m["groups"].items())

