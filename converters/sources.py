@@ -141,11 +141,39 @@ def tflite_interpreter(path: Path):
 
 def _read_tflite(path: Path):
     it = tflite_interpreter(path)
+    _check_custom_ops(path, it)
 
     def spec(d) -> TensorSpec:
         return TensorSpec(d["name"], _dims(d.get("shape_signature", d["shape"])), _dtype_name(d["dtype"]))
 
     return [spec(d) for d in it.get_input_details()], [spec(d) for d in it.get_output_details()]
+
+
+def _check_custom_ops(path: Path, it) -> None:
+    """A TFLite model whose custom ops LiteRT cannot run here (MediaPipe's face landmarks with
+    attention: Landmarks2TransformMatrix, registered by MediaPipe's own runtime) cannot be run as
+    the float reference, calibrated or checked: said now, before any work, instead of a
+    RuntimeError from the interpreter half-way through. Custom ops LiteRT runs (MediaPipe's
+    Convolution2DTransposeBias, TFLite_Detection_PostProcess) pass."""
+    from .tflite_native import custom_ops
+
+    customs = custom_ops(Path(path).read_bytes())
+    if not customs:
+        return
+    try:
+        it.allocate_tensors()
+    except Exception as exc:  # noqa: BLE001 - LiteRT raises RuntimeError with the op's name
+        text = str(exc)
+        if "unresolved custom op" not in text.lower():
+            return  # e.g. a dynamic shape still unresolved: the shape step says so later
+        first = text.split("custom op:", 1)[-1].split(".")[0].strip() or "?"
+        raise ConversionError(
+            f"{Path(path).name} uses custom op(s) {', '.join(customs)}, and LiteRT cannot run {first}: it is "
+            "registered by the application that made the model (MediaPipe's own runtime, for example), not by "
+            "LiteRT, ONNX Runtime or OpenVINO. edge-sdk needs to run the float model to calibrate it and to "
+            "check the int8 result against it.",
+            "Use a variant of the model without these ops (MediaPipe: face_landmark.tflite instead of "
+            "face_landmark_with_attention.tflite), or export it again from its training framework without them.") from None
 
 
 READERS: Registry[Callable] = Registry("source format", ModelLoadError)

@@ -111,6 +111,9 @@ MEMBERS: dict[str, Member] = {
     "rocket.jpg": Member(*_SKI, "skimage/data/rocket.jpg", "c2dd0de7c538df8d111e479619b129464d0269d0ae5fd18ca91d33a7fdfea95c"),
     "motorcycle_left.png": Member(*_SKI, "skimage/data/motorcycle_left.png",
                                   "db18e9c4157617403c3537a6ba355dfeafe9a7eabb6b9b94cb33f6525dd49179"),
+    # MediaPipe face landmarks with attention: custom ops only MediaPipe's runtime registers (Landmarks2TransformMatrix ...).
+    "face_landmark_with_attention.tflite": Member(*_MP, "mediapipe/modules/face_landmark/face_landmark_with_attention.tflite",
+                                                  "e06a804e0144f9929eda782122916b35d60c697c3c9344013ca2bbe76a6ce2b4"),
     "selfie_segmentation.tflite": Member(*_MP, "mediapipe/modules/selfie_segmentation/selfie_segmentation.tflite",
                                          "9ee168ec7c8f2a16c56fe8e1cfbc514974cbbb7e434051b455635f1bd1462f5c"),
     "hand_landmark_full.tflite": Member(*_MP, "mediapipe/modules/hand_landmark/hand_landmark_full.tflite",
