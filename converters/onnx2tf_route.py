@@ -120,12 +120,46 @@ def _static_copy(onnx_path: Path, input_shapes: dict[str, list[int]], work: Path
                 dim.Clear()
                 dim.dim_value = int(value)
     _sanitize_node_names(model)
+    _safe_output_names(model)
     from .sources import self_contained_branches
 
     self_contained_branches(model)  # onnx2tf loses the outer weights an If branch reads
     path = work / "static_input.onnx"
     onnx.save(model, str(path))
     return path
+
+
+def _safe_output_names(model) -> dict[str, str]:
+    """Graph outputs renamed where TensorFlow refuses the name as a scope (openWakeWord's timer
+    model names its output with its labels as JSON: ``{"1": "1_minute_timer", ...}``); onnx2tf
+    makes a Keras layer of each output. The new name is :func:`tflite_tf_route.sanitize`'s, which
+    is how the SavedModel's outputs are found again by name. Returns old -> new."""
+    from .tflite_tf_route import sanitize
+
+    taken = {o.name for o in model.graph.output} | {i.name for i in model.graph.input}
+    renamed: dict[str, str] = {}
+    for out in model.graph.output:
+        if _SCOPE.fullmatch(out.name):
+            continue
+        new = sanitize(out.name)
+        while new in taken:
+            new += "_"
+        taken.add(new)
+        renamed[out.name] = new
+    if not renamed:
+        return renamed
+    for node in model.graph.node:
+        node.output[:] = [renamed.get(t, t) for t in node.output]
+        node.input[:] = [renamed.get(t, t) for t in node.input]
+    for vi in model.graph.value_info:
+        vi.name = renamed.get(vi.name, vi.name)
+    for out in model.graph.output:
+        out.name = renamed.get(out.name, out.name)
+    return renamed
+
+
+#: A name TensorFlow takes as a scope (what onnx2tf makes of node and output names).
+_SCOPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\\/>-]*")
 
 
 def _sanitize_node_names(model) -> int:
