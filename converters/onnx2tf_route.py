@@ -107,9 +107,10 @@ def _layout_args(input_shapes: dict[str, list[int]], keep_layout: bool) -> dict[
             "keep_shape_absolutely_input_names": absolute}
 
 
-def _static_copy(onnx_path: Path, input_shapes: dict[str, list[int]], work: Path) -> Path:
+def _static_copy(onnx_path: Path, input_shapes: dict[str, list[int]], work: Path) -> tuple[Path, dict[str, str]]:
     """A copy of the model with every input dim fixed (onnx2tf's own shape override goes through
-    onnxsim's ``name:dims`` syntax, which breaks on names containing ':')."""
+    onnxsim's ``name:dims`` syntax, which breaks on names containing ':'), and the input and
+    output names renamed in it (:func:`_safe_io_names`)."""
     import onnx
 
     model = onnx.load(str(onnx_path))
@@ -120,41 +121,42 @@ def _static_copy(onnx_path: Path, input_shapes: dict[str, list[int]], work: Path
                 dim.Clear()
                 dim.dim_value = int(value)
     _sanitize_node_names(model)
-    _safe_output_names(model)
+    renamed = _safe_io_names(model)
     from .sources import self_contained_branches
 
     self_contained_branches(model)  # onnx2tf loses the outer weights an If branch reads
     path = work / "static_input.onnx"
     onnx.save(model, str(path))
-    return path
+    return path, renamed
 
 
-def _safe_output_names(model) -> dict[str, str]:
-    """Graph outputs renamed where TensorFlow refuses the name as a scope (openWakeWord's timer
-    model names its output with its labels as JSON: ``{"1": "1_minute_timer", ...}``); onnx2tf
-    makes a Keras layer of each output. The new name is :func:`tflite_tf_route.sanitize`'s, which
-    is how the SavedModel's outputs are found again by name. Returns old -> new."""
+def _safe_io_names(model) -> dict[str, str]:
+    """Graph inputs and outputs renamed where TensorFlow refuses the name as a scope even after
+    onnx2tf's own ':' -> '__' (openWakeWord's timer model names its output with its labels as
+    JSON: ``{"1": "1_minute_timer", ...}``; an input named ``input image[0]`` left onnx2tf without a
+    SavedModel and without an error). onnx2tf makes a Keras layer of each. The new name is
+    :func:`tflite_tf_route.sanitize`'s, which is how the SavedModel's inputs and outputs are found
+    again by name. Returns old -> new."""
     from .tflite_tf_route import sanitize
 
-    taken = {o.name for o in model.graph.output} | {i.name for i in model.graph.input}
+    graph = model.graph
+    taken = {o.name for o in graph.output} | {i.name for i in graph.input}
     renamed: dict[str, str] = {}
-    for out in model.graph.output:
-        if _SCOPE.fullmatch(out.name):
+    for vi in [*graph.input, *graph.output]:
+        if vi.name in renamed or _SCOPE.fullmatch(vi.name.replace(":", "__")):
             continue
-        new = sanitize(out.name)
+        new = sanitize(vi.name)
         while new in taken:
             new += "_"
         taken.add(new)
-        renamed[out.name] = new
+        renamed[vi.name] = new
     if not renamed:
         return renamed
-    for node in model.graph.node:
+    for node in graph.node:
         node.output[:] = [renamed.get(t, t) for t in node.output]
         node.input[:] = [renamed.get(t, t) for t in node.input]
-    for vi in model.graph.value_info:
+    for vi in [*graph.value_info, *graph.input, *graph.output]:
         vi.name = renamed.get(vi.name, vi.name)
-    for out in model.graph.output:
-        out.name = renamed.get(out.name, out.name)
     return renamed
 
 
@@ -310,10 +312,11 @@ def onnx_to_savedmodel(
     out = work / "saved_model"
     log = work / LOG_NAME
     _write_sample_file(work, input_shapes, calib)
+    static, renamed = _static_copy(Path(onnx_path), input_shapes, work)
     args = {
-        "input_onnx_file_path": str(_static_copy(Path(onnx_path), input_shapes, work)),
+        "input_onnx_file_path": str(static),
         "output_folder_path": str(out),
-        **_layout_args(input_shapes, keep_layout),
+        **_layout_args({renamed.get(n, n): s for n, s in input_shapes.items()}, keep_layout),
     }
     (work / "args.json").write_text(json.dumps(args), encoding="utf-8")
     # onnx2tf runs `onnxsim` as a command: without our environment's bin on PATH (a venv used

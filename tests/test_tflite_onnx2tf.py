@@ -90,10 +90,13 @@ def test_failure_parsing_from_a_log(tmp_path):
     assert "op 'fc' (Gemm)" in err.message and "Dimensions must be equal" in err.message
 
 
-def test_an_output_named_like_json_converts_and_keeps_its_name(tmp_path):
+@pytest.mark.parametrize("input_name", ["onnx::Flatten_0", "input image[0]"])
+def test_an_output_named_like_json_converts_and_keeps_its_name(tmp_path, input_name):
     """openWakeWord's timer model names its output with its labels as JSON ('{"1": "1_minute_timer", ...}');
     onnx2tf makes a Keras scope of every output name and TensorFlow refused that one, so both TFLite
-    formats failed. Renamed for onnx2tf, found again by name: the artifact answers with the model's own name."""
+    formats failed. An input named 'input image[0]' left onnx2tf without a SavedModel and without
+    an error. Renamed for onnx2tf, found again by name: the artifact takes and answers with the
+    model's own names."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper
@@ -104,19 +107,19 @@ def test_an_output_named_like_json_converts_and_keeps_its_name(tmp_path):
     rng = np.random.default_rng(0)
     w = helper.make_tensor("w", TensorProto.FLOAT, [96, 3], rng.normal(0, 0.3, (96, 3)).astype(np.float32).ravel())
     graph = helper.make_graph(
-        [helper.make_node("Flatten", ["onnx::Flatten_0"], ["flat"], axis=1),
+        [helper.make_node("Flatten", [input_name], ["flat"], axis=1),
          helper.make_node("MatMul", ["flat", "w"], ["logits"]),
          helper.make_node("Softmax", ["logits"], [name], axis=-1)],
-        "timer_like", [helper.make_tensor_value_info("onnx::Flatten_0", TensorProto.FLOAT, [1, 4, 24])],
+        "timer_like", [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [1, 4, 24])],
         [helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, 3])], [w])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     onnx.save(model, str(tmp_path / "timer_like.onnx"))
-    np.savez(tmp_path / "calib.npz", **{"onnx::Flatten_0": rng.normal(0, 1, (40, 4, 24)).astype(np.float32)})
+    np.savez(tmp_path / "calib.npz", **{input_name: rng.normal(0, 1, (40, 4, 24)).astype(np.float32)})
     s = edge_sdk.convert(tmp_path / "timer_like.onnx", "arm-cpu", tmp_path / "out", calib=tmp_path / "calib.npz",
                          progress=None)
     outcome = {o.format: o for o in s.profiles[0].outcomes}["tflite-int8"]
     assert outcome.status == "published", outcome.reason
     x = rng.normal(0, 1, (1, 4, 24)).astype(np.float32)
     with edge_sdk.load(s.profiles[0].folder, backend="litert") as m:
-        out = m.infer({"onnx::Flatten_0": x}).outputs
+        out = m.infer({input_name: x}).outputs
     assert list(out) == [name] and out[name].shape == (1, 3) and abs(float(out[name].sum()) - 1) < 0.05
