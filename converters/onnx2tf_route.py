@@ -266,6 +266,8 @@ def _failure(log: Path, onnx_path: Path, rc: int) -> ConversionError:
         what = f"op '{name}'" if name else "an op"
         what += f" ({op_type})" if op_type else ""
         msg = f"onnx2tf cannot convert {what} of {onnx_path.name}"
+    elif rc == 0:  # it returned normally and wrote nothing: say that, not "failed (exit code 0)"
+        msg = f"onnx2tf finished on {onnx_path.name} without writing a SavedModel"
     else:
         msg = f"onnx2tf failed on {onnx_path.name} (exit code {rc})"
     if detail:
