@@ -123,3 +123,11 @@ def test_an_output_named_like_json_converts_and_keeps_its_name(tmp_path, input_n
     with edge_sdk.load(s.profiles[0].folder, backend="litert") as m:
         out = m.infer({input_name: x}).outputs
     assert list(out) == [name] and out[name].shape == (1, 3) and abs(float(out[name].sum()) - 1) < 0.05
+
+
+def test_a_run_that_writes_nothing_says_so(tmp_path):
+    log = tmp_path / "onnx2tf.log"
+    log.write_text("W0000 computation placer already registered\n")
+    err = onnx2tf_route._failure(log, tmp_path / "m.onnx", 0)
+    assert "finished on m.onnx without writing a SavedModel" in err.message and "exit code 0" not in err.message
+    assert "exit code 1" in onnx2tf_route._failure(log, tmp_path / "m.onnx", 1).message
