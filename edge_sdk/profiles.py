@@ -145,6 +145,10 @@ class ScoresGate:
     ``confidence`` after class-aware NMS): their F1 (``min_positive_f1``), found when the other
     side scores the object at least ``confidence x (1 - object_margin)``, and the recall of the
     class int8 loses most of (``min_class_recall``, for classes with 10+ float detections).
+
+    One probability per sample (a flag, a wake word, a binary classifier) is judged by its
+    decision at 0.5 (agreement >= ``min_top1_agreement``) on the samples where float itself is
+    decided: at least ``decision_band`` away from 0.5.
     """
 
     max_score_error: float = 0.1
@@ -154,6 +158,7 @@ class ScoresGate:
     confidence: float = 0.25
     object_margin: float = 0.0
     min_class_recall: float = 0.7
+    decision_band: float = 0.05
 
 
 @dataclass(frozen=True)

@@ -60,14 +60,19 @@ def test_classifier_scores_count_top1_flips_and_score_error():
 def test_one_probability_per_sample_is_judged_by_its_decision_at_one_half():
     """A flag (hand presence, handedness, a wake word): a small mean score error can hide flips of
     the decision apps take at 0.5 (MediaPipe hand lite: 0.87 -> 0.24 on some hands, mean error 0.09)."""
-    p = np.concatenate([np.full(30, 0.05), np.full(6, 0.85), np.full(4, 0.95)])
+    p = np.concatenate([np.full(30, 0.05), np.full(6, 0.85), np.full(4, 0.95), [0.52]])
     ref = [np.array([[v]]) for v in p]
     flipped = p.copy()
     flipped[30:35] = 0.45  # five confident "yes" become "no": mean error 0.05
+    flipped[-1] = 0.47  # float undecided (0.52): its flip is noise, not counted
     m = evaluate_output(ref, [np.array([[v]]) for v in flipped], OutputKind("scores"), SPEC)
     assert m["score_error"] < SPEC.scores.max_score_error  # the old figure alone passes...
-    assert m["decision_agreement"] == 0.875 and m["decisions"] == [10, 5] and not m["passed"]  # ...the decisions do not
-    assert any("decisions at 0.5 agree on 35 of 40" in f for f in m["failures"])
+    assert m["decision_agreement"] == 0.875 and m["decisions"] == [11, 5] and not m["passed"]  # ...the decisions do not
+    assert m["decisions_undecided"] == 1
+    assert any("decisions at 0.5 agree on 35 of 40 samples float decides" in f for f in m["failures"])
+    only_noise = p.copy()
+    only_noise[-1] = 0.47
+    assert evaluate_output(ref, [np.array([[v]]) for v in only_noise], OutputKind("scores"), SPEC)["passed"]
     nudged = p + 0.03  # nobody crosses 0.5
     ok = evaluate_output(ref, [np.array([[v]]) for v in nudged], OutputKind("scores"), SPEC)
     assert ok["passed"] and ok["decision_agreement"] == 1.0
