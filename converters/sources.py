@@ -176,6 +176,36 @@ def _check_custom_ops(path: Path, it) -> None:
             "face_landmark_with_attention.tflite), or export it again from its training framework without them.") from None
 
 
+#: ONNX op types that only a quantized model has: integer compute (ONNX Runtime's dynamic
+#: quantization writes DynamicQuantizeLSTM, MatMulInteger, DynamicQuantizeLinear...) or quantized
+#: activations (QuantizeLinear; a DequantizeLinear alone may only unpack compressed weights).
+QUANTIZED_OPS = frozenset({
+    "DynamicQuantizeLSTM", "DynamicQuantizeMatMul", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
+    "MatMulIntegerToFloat", "QLinearConv", "QLinearMatMul", "QLinearAdd", "QLinearMul", "QLinearSigmoid",
+    "QLinearLeakyRelu", "QLinearAveragePool", "QLinearGlobalAveragePool", "QLinearConcat", "QLinearSoftmax",
+    "QGemm", "QAttention", "QEmbedLayerNormalization", "MatMulNBits", "QuantizeLinear"})
+
+
+def refuse_quantized_onnx(path: Path, fmt: str, name: str | None = None) -> None:
+    """An ONNX source that is already quantized cannot be calibrated to int8 again: ONNX Runtime's
+    quantizer failed on ddddocr's recognizer (DynamicQuantizeLSTM) with "KeyError: '140_scale'",
+    onnx2tf with "no converter for DynamicQuantizeLSTM". Said per format, naming the ops."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    found: dict[str, int] = {}
+    for node in model.graph.node:
+        if node.op_type in QUANTIZED_OPS:
+            found[node.op_type] = found.get(node.op_type, 0) + 1
+    if found:
+        ops = ", ".join(f"{op} x{n}" for op, n in sorted(found.items(), key=lambda kv: -kv[1]))
+        raise ConversionError(
+            f"{name or Path(path).name} is already quantized ({ops}); {fmt} quantizes a float model to int8 with the "
+            "calibration data, and a quantized one cannot be quantized again.",
+            "Convert the float model this one was quantized from (before onnxruntime's quantize_dynamic or "
+            "quantize_static); the intel-cpu profile (OpenVINO) can also take the model as it is.")
+
+
 READERS: Registry[Callable] = Registry("source format", ModelLoadError)
 READERS.register("onnx", _read_onnx)
 READERS.register("keras", _read_keras)
