@@ -64,6 +64,9 @@ class SourceModel:
     #: ``(height, width)`` the model's metadata records as its image size (ONNX ``imgsz``, as
     #: Ultralytics exports write it): suggested when an input's size is left open, never applied.
     image_size: tuple[int, int] | None = None
+    #: Op type -> count of the ops only a quantized ONNX model has (``sources.QUANTIZED_OPS``):
+    #: the int8 formats refuse such a source, naming them.
+    quantized_ops: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -504,9 +504,9 @@ def convert(job: ConvertJob) -> FormatResult:
     require("onnxruntime.quantization", "int8 ONNX conversion")
     from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
-    from .sources import refuse_quantized_onnx
+    from .sources import refuse_quantized
 
-    refuse_quantized_onnx(job.onnx(), "int8 QDQ ONNX", Path(job.source.path).name)
+    refuse_quantized(job.source, "int8 QDQ ONNX")
     spec = job.profile.quantization
     recipe = job.recipe
     per_channel = spec.weights == "per-channel"

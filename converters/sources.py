@@ -186,21 +186,16 @@ QUANTIZED_OPS = frozenset({
     "QGemm", "QAttention", "QEmbedLayerNormalization", "MatMulNBits", "QuantizeLinear"})
 
 
-def refuse_quantized_onnx(path: Path, fmt: str, name: str | None = None) -> None:
-    """An ONNX source that is already quantized cannot be calibrated to int8 again: ONNX Runtime's
-    quantizer failed on ddddocr's recognizer (DynamicQuantizeLSTM) with "KeyError: '140_scale'",
-    onnx2tf with "no converter for DynamicQuantizeLSTM". Said per format, naming the ops."""
-    import onnx
-
-    model = onnx.load(str(path), load_external_data=False)
-    found: dict[str, int] = {}
-    for node in model.graph.node:
-        if node.op_type in QUANTIZED_OPS:
-            found[node.op_type] = found.get(node.op_type, 0) + 1
+def refuse_quantized(source: SourceModel, fmt: str) -> None:
+    """An ONNX source that is already quantized (``source.quantized_ops``, found when it was read)
+    cannot be calibrated to int8 again: ONNX Runtime's quantizer failed on ddddocr's recognizer
+    (DynamicQuantizeLSTM) with "KeyError: '140_scale'", onnx2tf with "no converter for
+    DynamicQuantizeLSTM". Said per format, naming the ops."""
+    found = source.quantized_ops
     if found:
         ops = ", ".join(f"{op} x{n}" for op, n in sorted(found.items(), key=lambda kv: -kv[1]))
         raise ConversionError(
-            f"{name or Path(path).name} is already quantized ({ops}); {fmt} quantizes a float model to int8 with the "
+            f"{Path(source.path).name} is already quantized ({ops}); {fmt} quantizes a float model to int8 with the "
             "calibration data, and a quantized one cannot be quantized again.",
             "Convert the float model this one was quantized from (before onnxruntime's quantize_dynamic or "
             "quantize_static); the intel-cpu profile (OpenVINO) can also take the model as it is.")
@@ -224,22 +219,26 @@ def read_source(path: str | Path) -> SourceModel:
     ins, outs = READERS.get(fmt)(path)
     if not ins or not outs:
         raise ModelLoadError(f"{path} declares no inputs or no outputs.", "Export the model with its inputs and outputs.")
-    batch_axes, image_size = _onnx_facts(path) if fmt == "onnx" else ({}, None)
+    batch_axes, image_size, quantized = _onnx_facts(path) if fmt == "onnx" else ({}, None, {})
     return SourceModel(path=path, format=fmt, sha256=_hash_source(path), inputs=ins, outputs=outs,  # type: ignore[arg-type]
-                       batch_axes=batch_axes, image_size=image_size)
+                       batch_axes=batch_axes, image_size=image_size, quantized_ops=quantized)
 
 
-def _onnx_facts(path: Path) -> tuple[dict[str, list[int]], tuple[int, int] | None]:
+def _onnx_facts(path: Path) -> tuple[dict[str, list[int]], tuple[int, int] | None, dict[str, int]]:
     """What an ONNX file says beyond its tensor specs: per input the axes past the first whose
-    symbolic name is the batch's (the name of some input's dynamic dim 0), and the ``(height,
+    symbolic name is the batch's (the name of some input's dynamic dim 0), the ``(height,
     width)`` its metadata records as the image size (Ultralytics writes ``imgsz: [640, 640]`` or
-    ``640``), or None."""
+    ``640``) or None, and the count of each op type only a quantized model has (:data:`QUANTIZED_OPS`)."""
     onnx = require("onnx", "reading ONNX models")
     model = onnx.load(str(path), load_external_data=False)
     nums = [int(v) for v in re.findall(r"\d+", {p.key: p.value for p in model.metadata_props}.get("imgsz", ""))[:3]]
     nums = nums * 2 if len(nums) == 1 else nums
     image_size = (nums[0], nums[1]) if len(nums) == 2 and all(0 < n <= 16384 for n in nums) else None
-    return _batch_axes(model.graph), image_size
+    quantized: dict[str, int] = {}
+    for node in model.graph.node:
+        if node.op_type in QUANTIZED_OPS:
+            quantized[node.op_type] = quantized.get(node.op_type, 0) + 1
+    return _batch_axes(model.graph), image_size, quantized
 
 
 def _batch_axes(graph) -> dict[str, list[int]]:

@@ -143,9 +143,9 @@ def _via_onnx(job: ConvertJob, onnx_path: Path, origin: str) -> Converted:
     layout = job.options.get("tflite_input_layout", "source")
     if layout not in ("source", "nhwc"):
         raise ConversionError(f"Option tflite_input_layout must be 'source' or 'nhwc', got {layout!r}.")
-    from .sources import refuse_quantized_onnx
+    from .sources import refuse_quantized
 
-    refuse_quantized_onnx(onnx_path, "int8 TFLite", Path(job.source.path).name)
+    refuse_quantized(job.source, "int8 TFLite")
     res = onnx_to_savedmodel(onnx_path, shapes, job.calib, Path(job.scratch),
                              keep_layout=layout == "source")
     model = from_savedmodel_dir(job, res.saved_model, res.input_perms, onnx_ref=onnx_path)

@@ -82,6 +82,11 @@ def collapse(r: np.ndarray, t: np.ndarray) -> str:
     return ""
 
 
+def _probabilities(x: np.ndarray) -> bool:
+    """Values in [0, 1] (after the output's activation): thresholded at 0.5, not at mid-range."""
+    return bool(x.min() >= -1e-6 and x.max() <= 1 + 1e-6)
+
+
 def _classes_last(x: np.ndarray, axis: int) -> np.ndarray:
     """``[S, ...]`` with class axis ``axis`` (of one sample) -> ``[positions, C]``."""
     moved = np.moveaxis(x, axis + 1 if axis >= 0 else axis, -1)
@@ -126,7 +131,7 @@ def scores_metrics(r: np.ndarray, t: np.ndarray, axis: int, activation: str, spe
             if classes > 5:
                 top5 = np.argsort(-q[confident], axis=1)[:, :5]
                 out["top5_agreement"] = _r(float(np.mean(np.any(top5 == top[:, None], axis=1))))
-        elif not dense and p.min() >= -1e-6 and p.max() <= 1 + 1e-6:
+        elif not dense and _probabilities(p):
             # One probability per sample (a wake word, hand presence, handedness, a binary
             # classifier): apps act on its side of 0.5, so that decision is its top-1. A mean
             # score error of 0.09 hid 0.87 -> 0.24 flips on 6 of 40 hands (MediaPipe hand lite).
@@ -202,7 +207,7 @@ def map_metrics(r: np.ndarray, t: np.ndarray, activation: str, spec: AccuracySpe
     float or int8 marks at least ``min_frame_area`` of the map (the mean and the worst are judged)."""
     g = spec.maps
     p, q = activate(r, activation, -1), activate(t, activation, -1)
-    if p.min() >= -1e-6 and p.max() <= 1 + 1e-6:
+    if _probabilities(p):
         thr = np.full((p.shape[0],) + (1,) * (p.ndim - 1), g.threshold)
     else:
         flat = p.reshape(p.shape[0], -1)

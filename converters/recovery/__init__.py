@@ -785,12 +785,9 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery,
             # 80% of the ops mapped, where the tail search had found 89%.)
             sets = {} if cpu_tail_only else {e.name: e.float_set for e in ranking}
             if isinstance(graph, GraphView) and not cpu_tail_only:  # from the graph: the ranking leaves out layers that add no noise
-                readers: dict[str, list[str]] = {}
-                for node in graph.nodes:
-                    for t in node.inputs:
-                        readers.setdefault(t, []).append(node.name)
-                sets = {node.name: [node.name, *dict.fromkeys(r for t in node.outputs for r in readers.get(t, []))]
-                        for node in graph.nodes}
+                nodes = {node.name: node for node in graph.nodes}
+                sets = {n: [n, *dict.fromkeys(r.name for t in nodes[n].outputs for r in graph.consumers(t))]
+                        for n, _, _, c in head if c and n in nodes}
             tail = [LayerError(n, op, 0.0, 0.0, i, float_set=sets.get(n) or [n]) for n, op, i, c in head if c]
             chain = [LayerError(n, op, 0.0, 0.0, i) for n, op, i, c in head if not c]
             head_reason = "head: among the layers nearest the outputs"
