@@ -160,8 +160,10 @@ def _safe_io_names(model) -> dict[str, str]:
     return renamed
 
 
-#: A name TensorFlow takes as a scope (what onnx2tf makes of node and output names).
-_SCOPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\\/>-]*")
+#: The characters TensorFlow takes in a scope name (what onnx2tf makes of node and output names),
+#: and a whole name it takes (starting with a letter or digit).
+_SCOPE_CHARS = r"A-Za-z0-9_.\\/>-"
+_SCOPE = re.compile(rf"[A-Za-z0-9][{_SCOPE_CHARS}]*")
 
 
 def _sanitize_node_names(model) -> int:
@@ -173,7 +175,7 @@ def _sanitize_node_names(model) -> int:
     seen: set[str] = set()
     changed = 0
     for i, node in enumerate(model.graph.node):
-        name = re.sub(r"[^A-Za-z0-9_.\\/>-]", "_", node.name) if node.name else f"{node.op_type}_{i}"
+        name = re.sub(rf"[^{_SCOPE_CHARS}]", "_", node.name) if node.name else f"{node.op_type}_{i}"
         if not name or not name[0].isalnum():
             name = f"n{name}"
         base, k = name, 1

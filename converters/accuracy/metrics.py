@@ -144,9 +144,9 @@ def scores_metrics(r: np.ndarray, t: np.ndarray, axis: int, activation: str, spe
             if decided.any():
                 agree = (a == b)[decided]
                 out["decision_agreement"] = _r(float(agree.mean()))
-                _check(out, fails, "decision_agreement", float(agree.mean()), spec.min_top1_agreement, True,
+                _check(out, fails, "decision_agreement", float(agree.mean()), g.min_decision_agreement, True,
                        f"decisions at 0.5 agree on {int(agree.sum())} of {agree.size} samples float decides "
-                       f"({agree.mean():.3f} < {spec.min_top1_agreement}; float says yes on {int(a.sum())}, "
+                       f"({agree.mean():.3f} < {g.min_decision_agreement}; float says yes on {int(a.sum())}, "
                        f"int8 on {int(b.sum())})")
     where = confident
     if dense:
