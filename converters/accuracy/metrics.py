@@ -128,6 +128,20 @@ def scores_metrics(r: np.ndarray, t: np.ndarray, axis: int, activation: str, spe
             out["top1_agreement"] = _r(float(agree.mean()))
             _check(out, fails, "top1_agreement", float(agree.mean()), spec.min_top1_agreement, True,
                    f"top-1 agreement {agree.mean():.3f} < {spec.min_top1_agreement}")
+            if not dense:
+                # A classifier's top-1 is its decision: where float's top class leads its runner-up
+                # by at least twice the decision band, a flip is int8's doing, not a near tie, and
+                # it is held to the decisions' bar (0.95), as one probability per sample is.
+                lead = np.diff(np.sort(p, axis=1)[:, -2:], axis=1)[:, 0]
+                decided = lead >= 2 * g.decision_band
+                if (~decided).any():
+                    out["decisions_undecided"] = int((~decided).sum())
+                if decided.any():
+                    kept = agree[decided]
+                    out["decided_top1_agreement"] = _r(float(kept.mean()))
+                    _check(out, fails, "decided_top1_agreement", float(kept.mean()), g.min_decision_agreement, True,
+                           f"top-1 agrees on {int(kept.sum())} of {kept.size} samples float decides (its top class "
+                           f"{2 * g.decision_band:g}+ ahead; {kept.mean():.3f} < {g.min_decision_agreement})")
             if classes > 5:
                 top5 = np.argsort(-q[confident], axis=1)[:, :5]
                 out["top5_agreement"] = _r(float(np.mean(np.any(top5 == top[:, None], axis=1))))
@@ -580,7 +594,7 @@ def _worst(groups: dict[str, dict[str, Any]]) -> str:
 
 def one_line(name: str, m: dict[str, Any]) -> str:
     """``name [kind]: the figures that judge it`` for progress lines and reports."""
-    keys = ("detection_f1", "object_f1", "top1_agreement", "decision_agreement", "score_error", "positive_f1", "range_error", "range_error_p99", "iou", "frame_iou_mean",
+    keys = ("detection_f1", "object_f1", "top1_agreement", "decided_top1_agreement", "decision_agreement", "score_error", "positive_f1", "range_error", "range_error_p99", "iou", "frame_iou_mean",
             "frame_iou_min", "cosine_mean", "cosine_min", "token_error", "step_agreement", "sequence_agreement")
     if "groups" in m:
         return "; ".join(one_line(f"{name}/{g}", gm) for g, gm in m["groups"].items())
