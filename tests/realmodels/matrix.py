@@ -318,6 +318,21 @@ def pipeline_markdown(pipe: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: Where a generated doc's hand-written part begins; ``--write-docs`` keeps everything from it on.
+HAND_WRITTEN = "<!-- Hand-written from here on: `--write-docs` regenerates what is above and keeps this part. -->"
+
+
+def write_doc(path: Path, generated: str) -> None:
+    """Write the generated tables to ``path``, keeping the doc's hand-written part (from
+    :data:`HAND_WRITTEN` on), which regenerating used to drop."""
+    kept = ""
+    if path.is_file():
+        text = path.read_text()
+        if HAND_WRITTEN in text:
+            kept = "\n" + text[text.index(HAND_WRITTEN):]
+    path.write_text(generated.rstrip("\n") + "\n" + kept)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--root", default=str(Path.home() / ".cache" / "edge-sdk-practice" / "matrix"))
@@ -349,7 +364,7 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps({"cases": results, "pipeline": pipe}, indent=1, default=str))
     if args.write_docs:
-        (HERE.parents[1] / "docs" / "accuracy.md").write_text(markdown(results) + "\n" + (pipeline_markdown(pipe) if pipe else ""))
+        write_doc(HERE.parents[1] / "docs" / "accuracy.md", markdown(results) + "\n" + (pipeline_markdown(pipe) if pipe else ""))
 
 
 if __name__ == "__main__":

@@ -110,7 +110,7 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=str))
     if args.write_docs:
-        (HERE.parents[1] / "docs" / "accuracy-wider.md").write_text(M.markdown(results, TITLE, COMMAND))
+        M.write_doc(HERE.parents[1] / "docs" / "accuracy-wider.md", M.markdown(results, TITLE, COMMAND))
 
 
 if __name__ == "__main__":
