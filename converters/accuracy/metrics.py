@@ -24,7 +24,7 @@ import numpy as np
 
 from edge_sdk.outputs import (MAP_KINDS, REGRESSION_KINDS, OutputKind, activate, ctc_collapse, dominant_class, expected_bins,
                               times_objectness)
-from edge_sdk.profiles import AccuracySpec
+from edge_sdk.profiles import AccuracySpec, ScoresGate
 
 #: Above this many distinct float values, an int8 group with at most 2 values has collapsed.
 COLLAPSE_MIN_DISTINCT = 16
@@ -87,6 +87,23 @@ def _probabilities(x: np.ndarray) -> bool:
     return bool(x.min() >= -1e-6 and x.max() <= 1 + 1e-6)
 
 
+def _judge_decided(out: dict[str, Any], fails: list[str], key: str, agree: np.ndarray, lead: np.ndarray,
+                   g: ScoresGate, says: str, detail: str) -> None:
+    """Agreement over the samples float decides, judged against ``min_decision_agreement``: those
+    whose answer leads the alternative by at least twice ``decision_band`` (a probability that far
+    from 0.5, a top class that far ahead of its runner-up). The others are near ties whose flips
+    are noise; they are counted as ``decisions_undecided``."""
+    decided = lead >= 2 * g.decision_band
+    if (~decided).any():
+        out["decisions_undecided"] = int((~decided).sum())
+    if decided.any():
+        kept = agree[decided]
+        out[key] = _r(float(kept.mean()))
+        _check(out, fails, key, float(kept.mean()), g.min_decision_agreement, True,
+               f"{says} on {int(kept.sum())} of {kept.size} samples float decides "
+               f"({kept.mean():.3f} < {g.min_decision_agreement}; {detail})")
+
+
 def _classes_last(x: np.ndarray, axis: int) -> np.ndarray:
     """``[S, ...]`` with class axis ``axis`` (of one sample) -> ``[positions, C]``."""
     moved = np.moveaxis(x, axis + 1 if axis >= 0 else axis, -1)
@@ -130,18 +147,10 @@ def scores_metrics(r: np.ndarray, t: np.ndarray, axis: int, activation: str, spe
                    f"top-1 agreement {agree.mean():.3f} < {spec.min_top1_agreement}")
             if not dense:
                 # A classifier's top-1 is its decision: where float's top class leads its runner-up
-                # by at least twice the decision band, a flip is int8's doing, not a near tie, and
-                # it is held to the decisions' bar (0.95), as one probability per sample is.
+                # by at least twice the decision band, a flip is int8's doing, not a near tie.
                 lead = np.diff(np.sort(p, axis=1)[:, -2:], axis=1)[:, 0]
-                decided = lead >= 2 * g.decision_band
-                if (~decided).any():
-                    out["decisions_undecided"] = int((~decided).sum())
-                if decided.any():
-                    kept = agree[decided]
-                    out["decided_top1_agreement"] = _r(float(kept.mean()))
-                    _check(out, fails, "decided_top1_agreement", float(kept.mean()), g.min_decision_agreement, True,
-                           f"top-1 agrees on {int(kept.sum())} of {kept.size} samples float decides (its top class "
-                           f"{2 * g.decision_band:g}+ ahead; {kept.mean():.3f} < {g.min_decision_agreement})")
+                _judge_decided(out, fails, "decided_top1_agreement", agree, lead, g, "top-1 agrees",
+                               f"its top class {2 * g.decision_band:g}+ ahead")
             if classes > 5:
                 top5 = np.argsort(-q[confident], axis=1)[:, :5]
                 out["top5_agreement"] = _r(float(np.mean(np.any(top5 == top[:, None], axis=1))))
@@ -151,17 +160,9 @@ def scores_metrics(r: np.ndarray, t: np.ndarray, axis: int, activation: str, spe
             # score error of 0.09 hid 0.87 -> 0.24 flips on 6 of 40 hands (MediaPipe hand lite).
             # Where float itself is undecided (0.48 vs 0.52) a flip is noise, as for positives.
             a, b = p[:, 0] >= 0.5, q[:, 0] >= 0.5
-            decided = np.abs(p[:, 0] - 0.5) >= g.decision_band
             out["decisions"] = [int(a.sum()), int(b.sum())]
-            if (~decided).any():
-                out["decisions_undecided"] = int((~decided).sum())
-            if decided.any():
-                agree = (a == b)[decided]
-                out["decision_agreement"] = _r(float(agree.mean()))
-                _check(out, fails, "decision_agreement", float(agree.mean()), g.min_decision_agreement, True,
-                       f"decisions at 0.5 agree on {int(agree.sum())} of {agree.size} samples float decides "
-                       f"({agree.mean():.3f} < {g.min_decision_agreement}; float says yes on {int(a.sum())}, "
-                       f"int8 on {int(b.sum())})")
+            _judge_decided(out, fails, "decision_agreement", a == b, np.abs(2 * p[:, 0] - 1), g, "decisions at 0.5 agree",
+                           f"float says yes on {int(a.sum())}, int8 on {int(b.sum())}")
     where = confident
     if dense:
         thr, soft = g.positive_threshold, g.positive_threshold - g.positive_margin
