@@ -810,28 +810,27 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery,
         passing, tried, finished = _fewest(
             loop, counts, lambda k, layers=layers, extra=extra, label=label, reason=reason:
                 with_float(layers[:k] + extra, label.format(k), reason))
-        if passing is None and layers is tail and counts and head_reason and not cpu_tail_only:
-            # Which calibration ranked first among candidates that all failed by far is noise
-            # (BlazeFace back camera, TFLite: percentile -1.02, median -1.04); what matters is
-            # the ranges the float head reads. The whole head on each other calibration tried.
-            for other in calibrations or []:
-                if other.recipe.method(ctx.profile) == best.recipe.method(ctx.profile) \
-                        and other.recipe.options == best.recipe.options:
-                    continue
-                if passing is not None or not loop.fits():
-                    break
-                passing, more, finished = _fewest(
-                    loop, counts, lambda k, other=other: with_float(
-                        layers[:k] + chain, f"{other.recipe.name}, float head({k})", head_reason, base=other))
-                tried += more
-        if passing is None and layers is order and placement is not None and counts and loop.fits() \
-                and not any(c is placement for c in (best, *tried)) and best.recipe.float_ops != placement.recipe.float_ops:
-            # On TensorRT the placement costs nothing (those ops run at the precision of the layers
-            # they fuse with): the sensitive layers float on top of it too, when the search above
-            # was built on another base (selfie segmentation: the head on percentile ranges ranked
-            # above the placement, and mixed(48) on it failed where mixed(32) on the placement passes).
+        # A search that fails on the best candidate so far is tried again on other bases, each
+        # labelled with its recipe (what it adds to that base's):
+        # - the head on each other calibration tried: which of several candidates that all failed
+        #   by far ranked first is noise (BlazeFace back camera, TFLite: percentile -1.02, median
+        #   -1.04); what matters is the ranges the float head reads;
+        # - the top layers on TensorRT's placement, which costs nothing there (those ops run at the
+        #   precision of the layers they fuse with): selfie segmentation's head on percentile ranges
+        #   ranked above it, and mixed(48) on that head failed where mixed(32) on the placement passes.
+        others: list[Candidate] = []
+        if layers is tail and head_reason and not cpu_tail_only:
+            others = [c for c in calibrations or [] if c.recipe.method(ctx.profile) != best.recipe.method(ctx.profile)
+                      or c.recipe.options != best.recipe.options]
+        elif layers is order and placement is not None and placement is not best \
+                and placement.recipe.float_ops != best.recipe.float_ops:
+            others = [placement]
+        for other in others if counts else []:
+            if passing is not None or not loop.fits():
+                break
             passing, more, finished = _fewest(
-                loop, counts, lambda k: with_float(layers[:k], f"int8 at compute ops only, mixed({k})", base=placement))
+                loop, counts, lambda k, other=other, layers=layers, extra=extra, label=label, reason=reason:
+                    with_float(layers[:k] + extra, f"{other.recipe.name}, {label.format(k)}", reason, base=other))
             tried += more
         best = max([best, *tried], key=lambda c: c.score)
         if passing is not None:
