@@ -353,6 +353,9 @@ def _validate(profile: Profile, where: str) -> Profile:
     a = profile.accuracy
     if not (0.0 < a.holdout_fraction < 1.0):
         raise ProfileError(f"{where}: key 'accuracy.holdout_fraction': must be between 0 and 1, got {a.holdout_fraction}")
+    if not a.scores.decision_band < 0.5:  # no probability is 0.5 or more away from 0.5: nothing would be judged
+        raise ProfileError(f"{where}: key 'accuracy.scores.decision_band': must be below 0.5, got {a.scores.decision_band}",
+                           "At 0.5 or more no sample counts as decided and the decisions go unjudged; the default is 0.05.")
     return profile
 
 

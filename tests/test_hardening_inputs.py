@@ -67,6 +67,17 @@ def test_nan_negative_or_out_of_range_thresholds_refused(key, value, phrase):
         parse_profile(spec, "test")
 
 
+def test_a_decision_band_that_leaves_nothing_decided_is_refused():
+    """scores.decision_band 0.5 or more passes the generic [0, 1] check but leaves no sample decided:
+    the decisions of flags and classifiers would silently go unjudged."""
+    spec = arm_spec()
+    spec["accuracy"]["scores"] = {"decision_band": 0.5}
+    with pytest.raises(ProfileError, match="decision_band': must be below 0.5"):
+        parse_profile(spec, "test")
+    spec["accuracy"]["scores"] = {"decision_band": 0.2}
+    assert parse_profile(spec, "test").accuracy.scores.decision_band == 0.2
+
+
 def test_nested_threshold_tables_are_checked_generically():
     """Per-output-kind gate tables are held to the same rules as the top-level thresholds."""
     spec = arm_spec()
