@@ -77,6 +77,9 @@ class OutputKind:
         blank: CTC blank index of a ``sequence`` (None: no CTC collapse).
         bins: Boxes or regressions given as distributions (GFL/DFL: PicoDet, NanoDet, raw YOLOv8
             heads): each value is ``bins`` logits whose softmax expectation is the distance.
+        dims: Values per point of a ``landmarks`` output (x, y; x, y, z; MediaPipe pose's x, y, z,
+            visibility, presence): its first (up to) three are the point's coordinates. None: 3 if
+            the length allows, else 2 (:func:`point_dims`).
         source: How it was decided: ``declared`` (by the user), ``graph`` (the op at the
             model's tail), ``values`` (ranges seen on the float model), ``shape``, ``default``.
         reason: One line saying why, for the report.
@@ -88,6 +91,7 @@ class OutputKind:
     groups: list[OutputGroup] = field(default_factory=list)
     blank: int | None = None
     bins: int | None = None
+    dims: int | None = None
     source: Literal["declared", "graph", "values", "shape", "default"] = "default"
     reason: str = ""
 
@@ -100,6 +104,8 @@ class OutputKind:
         extra = f", {self.activation}" if self.activation != "none" else ""
         if self.bins:
             extra = f", {self.bins} bins{extra}"
+        if self.dims:
+            extra = f", {self.dims} values per point{extra}"
         if self.kind in ("scores", "logits", "sequence"):
             extra = f", axis {self.axis}{extra}"
         return f"{self.kind}{'(' + extra[2:] + ')' if extra else ''}"
@@ -165,6 +171,10 @@ def parse_declaration(text: str) -> tuple[str, OutputKind]:
             out.bins = _int(value, "bins")
             if out.bins < 2:
                 raise InputValidationError(f"--output '{text}': bins must be 2 or more (the logits per distance).")
+        elif key == "dims" and kind == "landmarks":
+            out.dims = _int(value, "dims")
+            if not 2 <= out.dims <= 8:
+                raise InputValidationError(f"--output '{text}': dims is the values per point, 2 to 8 (x, y[, z, ...]).")
         elif kind == "packed":
             span, _, gkind = value.partition("/")
             lo, dash, hi = span.partition("-")
@@ -177,8 +187,8 @@ def parse_declaration(text: str) -> tuple[str, OutputKind]:
             out.groups.append(OutputGroup(key, _int(lo, "group start"), _int(hi, "group stop"), g_kind, act))  # type: ignore[arg-type]
         else:
             raise InputValidationError(f"--output '{text}': unknown option '{key}'.",
-                                       "Options: axis, activation, blank, bins (boxes given as distributions), and GROUP=START-STOP "
-                                       "for packed outputs.")
+                                       "Options: axis, activation, blank, bins (boxes given as distributions), dims (values per "
+                                       "landmark point), and GROUP=START-STOP for packed outputs.")
     if kind == "packed" and not out.groups:
         raise InputValidationError(f"--output '{text}': a packed output needs its groups, e.g. boxes=0-4,scores=4-84.")
     if kind == "packed":
@@ -208,6 +218,9 @@ def check_fits(name: str, kind: OutputKind, shape: list[int]) -> None:
     if kind.bins and (not rank or shape[-1] % kind.bins):
         raise InputValidationError(f"Output '{name}' of shape {shape}: its last axis does not split into groups of "
                                    f"{kind.bins} bins.", "bins is the number of logits per distance (e.g. 8 for PicoDet).")
+    if kind.dims and (not rank or shape[-1] % kind.dims):
+        raise InputValidationError(f"Output '{name}' of shape {shape}: its last axis does not split into points of {kind.dims} values.",
+                                   "dims is the number of values per landmark point (2: x, y; 3: x, y, z).")
     if kind.kind == "detections" and (rank < 2 or shape[-1] < 6):
         raise InputValidationError(f"Output '{name}' of shape {shape} cannot be a detection list: it needs rows of "
                                    "x1, y1, x2, y2, score, class ([1, K, 6+]).")
@@ -289,6 +302,16 @@ def ctc_collapse(path: np.ndarray, blank: int | None) -> list[int]:
     return out
 
 
+def point_dims(length: int, kind: OutputKind) -> int | None:
+    """Values per point of a landmarks output of ``length`` values: the recorded ``dims``, else 3
+    when the length splits so, else 2; None when it is no landmarks output or does not split."""
+    if kind.kind != "landmarks":
+        return None
+    if kind.dims:
+        return kind.dims if length % kind.dims == 0 else None
+    return next((d for d in (3, 2) if length % d == 0 and length >= 2 * d), None)
+
+
 # ----------------------------------------------------------------------------- printing by kind
 def summarize_output(name: str, arr: np.ndarray, kind: OutputKind | None, top_k: int = 5,
               labels: list[str] | None = None) -> dict[str, Any]:
@@ -333,7 +356,7 @@ def summarize_output(name: str, arr: np.ndarray, kind: OutputKind | None, top_k:
         info["path"] = ctc_collapse(path, k.blank)
     elif k.kind in REGRESSION_KINDS and a.size:
         flat = a.reshape(-1)
-        dims = 3 if flat.size % 3 == 0 and k.kind == "landmarks" else 2 if flat.size % 2 == 0 else 1
+        dims = point_dims(flat.size, k) or 1
         info["values"] = int(flat.size)
         if k.kind == "landmarks":
             info["points"] = int(flat.size // dims)
@@ -370,4 +393,4 @@ def describe_lines(summary: dict[str, Any], indent: str = "  ") -> list[str]:
 
 
 __all__ = ["ALIASES", "KINDS", "OutputGroup", "OutputKind", "activate", "canonical", "check_fits", "ctc_collapse", "dominant_class",
-           "describe_lines", "parse_declaration", "sigmoid", "softmax", "summarize_output"]
+           "describe_lines", "parse_declaration", "point_dims", "sigmoid", "softmax", "summarize_output"]

@@ -19,7 +19,7 @@ from edge_sdk.converters.base import SourceModel
 from edge_sdk.converters.heads import postprocess
 from edge_sdk.errors import ConversionError, InputValidationError
 from edge_sdk.manifest import TensorSpec
-from edge_sdk.outputs import OutputGroup, OutputKind, ctc_collapse, parse_declaration, summarize_output
+from edge_sdk.outputs import OutputGroup, OutputKind, check_fits, ctc_collapse, parse_declaration, summarize_output
 from edge_sdk.profiles import AccuracySpec, builtin_profiles
 
 SPEC = AccuracySpec(min_cosine=0.98, min_sqnr_db=15.0, min_top1_agreement=0.9)
@@ -391,6 +391,61 @@ def test_world_landmarks_beside_image_landmarks_are_coordinates_not_an_embedding
     assert ok["passed"] and "range_error" in ok and "cosine_mean" not in ok
     bad = evaluate_output(list(world), list(world + RNG.normal(0, 0.25 * span, world.shape)), kind, SPEC)
     assert not bad["passed"]
+
+
+def test_landmarks_are_also_judged_per_sample_over_each_objects_own_extent():
+    """A landmark task measures each object's points against that object's size (NME). Over a
+    range much wider than one object (hands anywhere in a frame, world coordinates) the range
+    error is lenient: MediaPipe hand lite's world landmarks passed at range error 0.018 while they
+    were 6.2% of the hand's extent off. Each sample here is a hand of extent ~17 placed anywhere
+    in 0..200: a wobble of 1.5% of the range passes the range error and fails per sample."""
+    rng = np.random.default_rng(11)
+    n = 12
+    centres = rng.uniform(20, 180, (n, 1, 3))
+    pts = centres + rng.uniform(-5, 5, (n, 21, 3))
+    kind = OutputKind("landmarks", dims=3)
+    ref = list(pts.reshape(n, 1, 63))
+    span = float(np.ptp(pts))
+    wobbly = evaluate_output(ref, list((pts + rng.normal(0, 0.015 * span, pts.shape)).reshape(n, 1, 63)), kind, SPEC)
+    assert wobbly["range_error"] < SPEC.regression.max_error, wobbly
+    assert not wobbly["passed"] and wobbly["point_error"] > 0.1 and wobbly["points"] == 21
+    assert any("of each sample's extent" in f for f in wobbly["failures"]), wobbly["failures"]
+    fine = evaluate_output(ref, list((pts + rng.normal(0, 0.05, pts.shape)).reshape(n, 1, 63)), kind, SPEC)
+    assert fine["passed"] and fine["point_error"] < 0.02, fine
+    # one sample off by a quarter of its extent: the mean over 12 samples carries it (2%), the worst names it
+    one = pts.copy()
+    one[7] += 0.25 * np.linalg.norm(np.ptp(pts[7], axis=0)) / np.sqrt(3)
+    m = evaluate_output(ref, list(one.reshape(n, 1, 63)), kind, SPEC)
+    assert m["worst_sample"] == 7 and 0.2 < m["point_error_worst"] < 0.3 and m["passed"]
+    # a landmarks output with no recorded dims is read as x, y, z when its length splits so
+    assert evaluate_output(ref, list(one.reshape(n, 1, 63)), OutputKind("landmarks"), SPEC)["points"] == 21
+
+
+def test_pose_records_are_judged_by_their_coordinates_not_their_visibility_logits():
+    """Records of x, y, z, visibility, presence (MediaPipe pose): the per-sample point error reads
+    the first three values of each record; a visibility logit moving by 3 is no point moving."""
+    rng = np.random.default_rng(12)
+    n = 8
+    rec = np.concatenate([rng.uniform(20, 240, (n, 39, 2)), rng.normal(0, 30, (n, 39, 1)),
+                          rng.normal(0, 6, (n, 39, 2))], axis=-1)
+    kind = from_values(rec.reshape(n, 1, 195), [1, 195])
+    assert kind.dims == 5
+    moved = rec.copy()
+    moved[..., 3:] += 3.0
+    m = evaluate_output(list(rec.reshape(n, 1, 195)), list(moved.reshape(n, 1, 195)), kind, SPEC)
+    assert m["points"] == 39 and m["point_error"] == 0.0
+
+
+def test_declared_landmark_dims_are_checked_against_the_shape():
+    name, kind = parse_declaration("pose:landmarks:dims=5")
+    assert (name, kind.kind, kind.dims) == ("pose", "landmarks", 5) and "5 values per point" in kind.label()
+    check_fits("pose", kind, [1, 195])
+    with pytest.raises(InputValidationError, match="points of 5"):
+        check_fits("pose", kind, [1, 63])
+    with pytest.raises(InputValidationError, match="2 to 8"):
+        parse_declaration("pose:landmarks:dims=1")
+    with pytest.raises(InputValidationError, match="unknown option 'dims'"):
+        parse_declaration("p:scores:dims=3")
 
 
 def _ctc_paths(n: int = 10, steps: int = 40, classes: int = 30) -> list[np.ndarray]:

@@ -271,7 +271,7 @@ def from_values(r: np.ndarray, shape: list[int]) -> OutputKind | None:
             if last % dims == 0 and last >= 2 * dims:
                 xy = r.reshape(r.shape[0], -1, dims)[..., :2]
                 if float(np.mean(xy > 0)) >= 0.95 and float(np.ptp(xy)) > 1.0:
-                    return OutputKind("landmarks", source="values",
+                    return OutputKind("landmarks", dims=dims, source="values",
                                       reason=f"{last // dims} points of {dims} values with positive x, y: coordinates")
         peaky = _class_logits(r, last)
         if peaky is not None:
@@ -426,7 +426,7 @@ def _world_beside_landmarks(kinds: dict[str, OutputKind], shapes: dict[str, list
             continue
         length = int(np.prod(shape[1:]))
         if length % 3 == 0 and length // 3 in points and points[length // 3] != name:
-            kinds[name] = OutputKind("landmarks", source="values",
+            kinds[name] = OutputKind("landmarks", dims=3, source="values",
                                      reason=f"{length // 3} signed x, y, z points, as many as {points[length // 3]}'s "
                                             "landmarks: the same points in 3-D coordinates")
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from edge_sdk.outputs import (MAP_KINDS, REGRESSION_KINDS, OutputKind, activate, ctc_collapse, dominant_class, expected_bins,
-                              times_objectness)
+                              point_dims, times_objectness)
 from edge_sdk.profiles import AccuracySpec, ScoresGate
 
 #: Above this many distinct float values, an int8 group with at most 2 values has collapsed.
@@ -189,9 +189,38 @@ def scores_metrics(r: np.ndarray, t: np.ndarray, axis: int, activation: str, spe
     return out, fails, where
 
 
+#: A sample's extent counts as at least this share of the median extent (a degenerate sample, its
+#: points collapsed onto one spot, would otherwise divide by zero).
+MIN_EXTENT_SHARE = 0.05
+
+
+def point_metrics(r: np.ndarray, t: np.ndarray, dims: int, spec: AccuracySpec) -> tuple[dict[str, Any], list[str]]:
+    """Landmarks, one set of points per sample (``[S, values]``): each sample's mean point distance
+    over its float extent (the diagonal of the box of its float points), as landmark tasks
+    normalise by the object's size (NME); the first (up to) three values of each point are its
+    coordinates (x, y, z; pose's visibility and presence follow)."""
+    g = spec.regression
+    c = min(dims, 3)
+    pr = r.reshape(r.shape[0], -1, dims)[..., :c]
+    pt = t.reshape(t.shape[0], -1, dims)[..., :c]
+    extent = np.linalg.norm(pr.max(axis=1) - pr.min(axis=1), axis=-1)
+    extent = np.maximum(extent, MIN_EXTENT_SHARE * float(np.median(extent)) or 1e-12)
+    per = np.mean(np.linalg.norm(pr - pt, axis=-1), axis=1) / extent
+    mean = float(per.mean())
+    out: dict[str, Any] = {"points": int(pr.shape[1]), "point_error": _r(mean),
+                           "point_error_p90": _r(float(np.percentile(per, 90))), "point_error_worst": _r(float(per.max())),
+                           "worst_sample": int(per.argmax())}
+    fails: list[str] = []
+    _check(out, fails, "point_error", mean, g.max_point_error, False,
+           f"mean point error {mean:.2%} of each sample's extent > {g.max_point_error:.0%} "
+           f"({pr.shape[1]} points; worst sample {int(per.argmax())}: {float(per.max()):.2%})")
+    return out, fails
+
+
 def regression_metrics(r: np.ndarray, t: np.ndarray, axis: int, spec: AccuracySpec,
-                       mask: np.ndarray | None) -> tuple[dict[str, Any], list[str]]:
-    """Error relative to the float dynamic range; at ``mask`` positions when given."""
+                       mask: np.ndarray | None, dims: int | None = None) -> tuple[dict[str, Any], list[str]]:
+    """Error relative to the float dynamic range; at ``mask`` positions when given. With ``dims``
+    (landmarks: values per point) and one row per sample, also :func:`point_metrics`."""
     g = spec.regression
     span = float(np.ptp(r)) or max(float(np.max(np.abs(r))), 1e-12)
     rr, tt = _classes_last(r, axis), _classes_last(t, axis)
@@ -212,6 +241,16 @@ def regression_metrics(r: np.ndarray, t: np.ndarray, axis: int, spec: AccuracySp
     _check(out, fails, "range_error", mean, g.max_error, False, f"mean error {mean:.2%} of the range > {g.max_error:.0%}")
     _check(out, fails, "range_error_p99", p99, g.max_error_p99, False,
            f"p99 error {p99:.2%} of the range > {g.max_error_p99:.0%}")
+    samples = r.shape[0]
+    per_sample = mask is None or (mask.shape[0] == samples and mask.any())
+    if dims and per_sample and r[0].size % dims == 0 and r[0].size >= 2 * dims:
+        pr, pt = r.reshape(samples, -1), t.reshape(samples, -1)
+        if mask is not None:
+            pr, pt = pr[mask], pt[mask]
+        figures, f = point_metrics(pr, pt, dims, spec)
+        out.update(figures)
+        out["margins"].update(figures.pop("margins"))
+        fails += f
     return out, fails
 
 
@@ -500,7 +539,8 @@ def judge_part(r: np.ndarray, t: np.ndarray, kind: str, axis: int, activation: s
         bins = okind.bins if okind.kind in REGRESSION_KINDS else None
         if bins:  # distributions: judged as the distances they decode to
             r, t = expected_bins(r, bins), expected_bins(t, bins)
-        figures, f = regression_metrics(r, t, axis, spec, mask)
+        dims = point_dims(int(np.prod(r.shape[1:])), okind) if kind == "landmarks" and okind.kind == "landmarks" else None
+        figures, f = regression_metrics(r, t, axis, spec, mask, dims)
         if bins:
             figures["decoded"] = f"softmax expectation over {bins} bins"
     elif kind in MAP_KINDS:
@@ -595,7 +635,7 @@ def _worst(groups: dict[str, dict[str, Any]]) -> str:
 
 def one_line(name: str, m: dict[str, Any]) -> str:
     """``name [kind]: the figures that judge it`` for progress lines and reports."""
-    keys = ("detection_f1", "object_f1", "top1_agreement", "decided_top1_agreement", "decision_agreement", "score_error", "positive_f1", "range_error", "range_error_p99", "iou", "frame_iou_mean",
+    keys = ("detection_f1", "object_f1", "top1_agreement", "decided_top1_agreement", "decision_agreement", "score_error", "positive_f1", "range_error", "range_error_p99", "point_error", "iou", "frame_iou_mean",
             "frame_iou_min", "cosine_mean", "cosine_min", "token_error", "step_agreement", "sequence_agreement")
     if "groups" in m:
         return "; ".join(one_line(f"{name}/{g}", gm) for g, gm in m["groups"].items())

@@ -121,9 +121,10 @@ MEMBERS: dict[str, Member] = {
                                          "9ee168ec7c8f2a16c56fe8e1cfbc514974cbbb7e434051b455635f1bd1462f5c"),
     "hand_landmark_full.tflite": Member(*_MP, "mediapipe/modules/hand_landmark/hand_landmark_full.tflite",
                                         "11c272b891e1a99ab034208e23937a8008388cf11ed2a9d776ed3d01d0ba00e3"),
+    "hand_landmark_lite.tflite": Member(*_MP, "mediapipe/modules/hand_landmark/hand_landmark_lite.tflite",
+                                        "048edd3645c9bf7397d19a9f6e3a42957d6e414c9bea6598030a2e9b624156e6"),
     # Kept for local sweeps only.
     "ch_PP-OCRv4_det_infer.onnx": Member(*_OCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx", ""),
-    "hand_landmark_lite.tflite": Member(*_MP, "mediapipe/modules/hand_landmark/hand_landmark_lite.tflite", ""),
     "pose_landmark_full.tflite": Member(*_MP, "mediapipe/modules/pose_landmark/pose_landmark_full.tflite", ""),
     "astronaut.png": Member(*_SKI, "skimage/data/astronaut.png", "88431cd9653ccd539741b555fb0a46b61558b301d4110412b5bc28b5e3ea6cb5"),
     "page.png": Member(*_SKI, "skimage/data/page.png", ""),
