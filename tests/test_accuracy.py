@@ -436,6 +436,42 @@ def test_pose_records_are_judged_by_their_coordinates_not_their_visibility_logit
     assert m["points"] == 39 and m["point_error"] == 0.0
 
 
+def test_normalised_landmarks_are_points_not_an_embedding():
+    """A face-alignment head (PFLD-style: 98 points, x, y in 0..1 of the crop, [1, 196] or
+    [1, 98, 2]) read as an embedding was judged by cosine, which a positive vector keeps near 1:
+    points 3% of the crop off passed at cosine 0.99+. They are landmarks of two values, judged by
+    range and per-face error, and fail there. Probabilities and pooled features in 0..1 crowd at 0
+    and stay what they were; so do centred (signed) coordinates, which need a declaration."""
+    rng = np.random.default_rng(21)
+    n = 10
+    pts = rng.uniform(0.3, 0.7, (n, 98, 2))
+    flat = pts.reshape(n, 1, 196)
+    kind = from_values(flat, [1, 196])
+    assert kind.kind == "landmarks" and kind.dims == 2 and "normalised" in kind.reason, kind
+    grid = from_values(pts.reshape(n, 1, 98, 2), [1, 98, 2])
+    assert grid.kind == "landmarks" and grid.dims == 2, grid
+    off = flat + rng.normal(0, 0.03, flat.shape)
+    assert evaluate_output(list(flat), list(off), OutputKind("embedding"), SPEC)["passed"]  # what cosine said
+    m = evaluate_output(list(flat), list(off), kind, SPEC)
+    assert not m["passed"] and m["points"] == 98 and m["point_error"] > 0.05, m
+    assert evaluate_output(list(flat), list(flat + rng.normal(0, 0.002, flat.shape)), kind, SPEC)["passed"]
+    sparse = np.maximum(rng.normal(0, 0.3, (n, 1, 196)), 0)  # ReLU features: half of them 0
+    assert from_values(sparse, [1, 196]).kind == "embedding"
+    probs = 1 / (1 + np.exp(-rng.normal(-4, 2, (n, 1, 196))))  # multi-label probabilities, mostly near 0
+    assert from_values(probs, [1, 196]).kind != "landmarks"
+    assert from_values(pts.reshape(n, 1, 196) * 2 - 1, [1, 196]).kind == "embedding"  # centred: signed
+
+
+def test_points_of_two_values_are_not_read_in_threes():
+    """42 values hold 21 points of x, y or 14 of x, y, z: a third value as positive and as wide as
+    x and y is an x or a y, so the points have two; a signed depth beside them makes three."""
+    rng = np.random.default_rng(22)
+    two = rng.uniform(10, 200, (10, 1, 42))
+    assert from_values(two, [1, 42]).dims == 2
+    three = np.concatenate([rng.uniform(10, 200, (10, 14, 2)), rng.normal(0, 10, (10, 14, 1))], -1).reshape(10, 1, 42)
+    assert from_values(three, [1, 42]).dims == 3
+
+
 def test_declared_landmark_dims_are_checked_against_the_shape():
     name, kind = parse_declaration("pose:landmarks:dims=5")
     assert (name, kind.kind, kind.dims) == ("pose", "landmarks", 5) and "5 values per point" in kind.label()

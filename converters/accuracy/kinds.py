@@ -264,21 +264,56 @@ def from_values(r: np.ndarray, shape: list[int]) -> OutputKind | None:
                 return OutputKind("logits", axis=-1, activation="sigmoid", source="values",
                                   reason="one unbounded value per sample: read as a logit")
             return None
-        # x, y (, z) points: x and y are pixel positions (positive), z may be signed. Then records
-        # of x, y, z and visibility (, presence) logits, as MediaPipe's pose landmarks (39 x 5):
-        # read as triples, those mix signed logits into x and y.
-        for dims in (3, 2, 5, 4):
-            if last % dims == 0 and last >= 2 * dims:
-                xy = r.reshape(r.shape[0], -1, dims)[..., :2]
-                if float(np.mean(xy > 0)) >= 0.95 and float(np.ptp(xy)) > 1.0:
-                    return OutputKind("landmarks", dims=dims, source="values",
-                                      reason=f"{last // dims} points of {dims} values with positive x, y: coordinates")
+        points = _point_layout(r, last)
+        if points is not None:
+            dims, how = points
+            return OutputKind("landmarks", dims=dims, source="values",
+                              reason=f"{last // dims} points of {dims} values with positive x, y: {how} coordinates")
         peaky = _class_logits(r, last)
         if peaky is not None:
             return peaky
         return OutputKind("embedding", source="values", reason=f"a signed {last}-value vector")
+    if rank >= 3 and last == 2 and positions >= 4 and _point_layout(r.reshape(r.shape[0], -1), 2 * positions) == (2, "normalised"):
+        # [1, K, 2] of x, y in 0..1 (a face-alignment head's 68 or 98 points): one object's points
+        return OutputKind("landmarks", dims=2, source="values",
+                          reason=f"{positions} points of x, y in 0..1: normalised coordinates")
     if rank >= 3 and positions >= MIN_POSITIONS and last >= 2:
         return OutputKind("regression", source="values", reason=f"{last} values per position (e.g. box/keypoint offsets)")
+    return None
+
+
+#: Normalised coordinates: at least this share of x, y values inside (0.02, 0.98)... (probabilities
+#: and pooled features crowd at 0 or 1; points of an object inside a crop do not).
+MID_SHARE = 0.9
+
+
+def _point_layout(r: np.ndarray, last: int) -> tuple[int, str] | None:
+    """How one vector per sample of ``last`` values holds points, if it does: ``(values per point,
+    "pixel" | "normalised")``.
+
+    x and y are positions, so positive; z may be signed. Pixel coordinates span more than 1.
+    Normalised ones (0..1 of the crop, as PFLD-style face alignment and many keypoint heads give
+    them) read as cosine-judged embeddings before: they lie in -0.1..1.1 with most x, y away from
+    0 and 1, where probabilities and pooled features crowd. Records of x, y, z and visibility (,
+    presence) logits (MediaPipe's pose landmarks, 39 x 5) read as triples mix signed logits into
+    x and y, so triples fail there. Points of two values read in threes put x or y in the third
+    place: a third value as positive and as wide as x, y says the points have two."""
+    v = r.reshape(r.shape[0], -1)
+    for dims in (3, 2, 5, 4):
+        if last % dims or last < 2 * dims:
+            continue
+        g = v.reshape(v.shape[0], -1, dims)
+        xy = g[..., :2]
+        if float(np.mean(xy > 0)) < 0.95:
+            continue
+        if dims == 3 and last % 2 == 0 and float(np.mean(g[..., 2] > 0)) >= 0.95 \
+                and float(np.ptp(g[..., 2])) >= 0.5 * float(np.ptp(xy)):
+            continue  # x, y pairs read in threes
+        if float(np.ptp(xy)) > 1.0:
+            return dims, "pixel"
+        if dims <= 3 and last // dims >= 4 and float(np.mean((v >= -0.1) & (v <= 1.1))) >= 0.995 \
+                and float(np.mean((xy > 0.02) & (xy < 0.98))) >= MID_SHARE:
+            return dims, "normalised"
     return None
 
 
