@@ -417,6 +417,13 @@ def test_landmarks_are_also_judged_per_sample_over_each_objects_own_extent():
     one[7] += 0.25 * np.linalg.norm(np.ptp(pts[7], axis=0)) / np.sqrt(3)
     m = evaluate_output(ref, list(one.reshape(n, 1, 63)), kind, SPEC)
     assert m["worst_sample"] == 7 and 0.2 < m["point_error_worst"] < 0.3 and m["passed"]
+    # a sample whose float points collapse onto one spot (no hand there) is not judged per sample
+    dot = pts.copy()
+    dot[3] = centres[3] + rng.uniform(-0.01, 0.01, (21, 3))
+    wob = dot.copy()
+    wob[3] += 0.2
+    m = evaluate_output(list(dot.reshape(n, 1, 63)), list(wob.reshape(n, 1, 63)), kind, SPEC)
+    assert m["passed"] and m["point_samples_collapsed"] == 1 and m["point_error"] == 0.0, m
     # a landmarks output with no recorded dims is read as x, y, z when its length splits so
     assert evaluate_output(ref, list(one.reshape(n, 1, 63)), OutputKind("landmarks"), SPEC)["points"] == 21
 
