@@ -78,8 +78,10 @@ class OutputKind:
         bins: Boxes or regressions given as distributions (GFL/DFL: PicoDet, NanoDet, raw YOLOv8
             heads): each value is ``bins`` logits whose softmax expectation is the distance.
         dims: Values per point of a ``landmarks`` output (x, y; x, y, z; MediaPipe pose's x, y, z,
-            visibility, presence): its first (up to) three are the point's coordinates. None: 3 if
-            the length allows, else 2 (:func:`point_dims`).
+            visibility, presence). None: 3 if the length allows, else 2 (:func:`point_dims`).
+        coords: How many of a point's first values place it, for the per-sample point error: 2
+            for image landmarks (x, y; their z is a relative depth estimate, near constant across
+            an iris), 3 for metric world landmarks. None: ``min(dims, 3)``.
         source: How it was decided: ``declared`` (by the user), ``graph`` (the op at the
             model's tail), ``values`` (ranges seen on the float model), ``shape``, ``default``.
         reason: One line saying why, for the report.
@@ -92,6 +94,7 @@ class OutputKind:
     blank: int | None = None
     bins: int | None = None
     dims: int | None = None
+    coords: int | None = None
     source: Literal["declared", "graph", "values", "shape", "default"] = "default"
     reason: str = ""
 
@@ -105,7 +108,8 @@ class OutputKind:
         if self.bins:
             extra = f", {self.bins} bins{extra}"
         if self.dims:
-            extra = f", {self.dims} values per point{extra}"
+            placed = {2: ", judged by x, y", 3: ", judged by x, y, z"}.get(self.coords or 0, "")
+            extra = f", {self.dims} values per point{placed}{extra}"
         if self.kind in ("scores", "logits", "sequence"):
             extra = f", axis {self.axis}{extra}"
         return f"{self.kind}{'(' + extra[2:] + ')' if extra else ''}"
@@ -175,6 +179,10 @@ def parse_declaration(text: str) -> tuple[str, OutputKind]:
             out.dims = _int(value, "dims")
             if not 2 <= out.dims <= 8:
                 raise InputValidationError(f"--output '{text}': dims is the values per point, 2 to 8 (x, y[, z, ...]).")
+        elif key == "coords" and kind == "landmarks":
+            out.coords = _int(value, "coords")
+            if out.coords not in (2, 3):
+                raise InputValidationError(f"--output '{text}': coords is 2 (x, y) or 3 (x, y, z): the values that place a point.")
         elif kind == "packed":
             span, _, gkind = value.partition("/")
             lo, dash, hi = span.partition("-")
@@ -188,7 +196,8 @@ def parse_declaration(text: str) -> tuple[str, OutputKind]:
         else:
             raise InputValidationError(f"--output '{text}': unknown option '{key}'.",
                                        "Options: axis, activation, blank, bins (boxes given as distributions), dims (values per "
-                                       "landmark point), and GROUP=START-STOP for packed outputs.")
+                                       "landmark point), coords (2 or 3: those that place it), and GROUP=START-STOP for packed "
+                                       "outputs.")
     if kind == "packed" and not out.groups:
         raise InputValidationError(f"--output '{text}': a packed output needs its groups, e.g. boxes=0-4,scores=4-84.")
     if kind == "packed":
@@ -218,6 +227,8 @@ def check_fits(name: str, kind: OutputKind, shape: list[int]) -> None:
     if kind.bins and (not rank or shape[-1] % kind.bins):
         raise InputValidationError(f"Output '{name}' of shape {shape}: its last axis does not split into groups of "
                                    f"{kind.bins} bins.", "bins is the number of logits per distance (e.g. 8 for PicoDet).")
+    if kind.coords and kind.dims and kind.coords > kind.dims:
+        raise InputValidationError(f"Output '{name}': coords={kind.coords} is more than its {kind.dims} values per point.")
     if kind.dims and (not rank or shape[-1] % kind.dims):
         raise InputValidationError(f"Output '{name}' of shape {shape}: its last axis does not split into points of {kind.dims} values.",
                                    "dims is the number of values per landmark point (2: x, y; 3: x, y, z).")

@@ -267,7 +267,8 @@ def from_values(r: np.ndarray, shape: list[int]) -> OutputKind | None:
         points = _point_layout(r, last)
         if points is not None:
             dims, how = points
-            return OutputKind("landmarks", dims=dims, source="values",
+            # image points: x, y place them (a third value is a relative depth estimate)
+            return OutputKind("landmarks", dims=dims, coords=2, source="values",
                               reason=f"{last // dims} points of {dims} values with positive x, y: {how} coordinates")
         peaky = _class_logits(r, last)
         if peaky is not None:
@@ -275,7 +276,7 @@ def from_values(r: np.ndarray, shape: list[int]) -> OutputKind | None:
         return OutputKind("embedding", source="values", reason=f"a signed {last}-value vector")
     if rank >= 3 and last == 2 and positions >= 4 and _point_layout(r.reshape(r.shape[0], -1), 2 * positions) == (2, "normalised"):
         # [1, K, 2] of x, y in 0..1 (a face-alignment head's 68 or 98 points): one object's points
-        return OutputKind("landmarks", dims=2, source="values",
+        return OutputKind("landmarks", dims=2, coords=2, source="values",
                           reason=f"{positions} points of x, y in 0..1: normalised coordinates")
     if rank >= 3 and positions >= MIN_POSITIONS and last >= 2:
         return OutputKind("regression", source="values", reason=f"{last} values per position (e.g. box/keypoint offsets)")
@@ -461,7 +462,7 @@ def _world_beside_landmarks(kinds: dict[str, OutputKind], shapes: dict[str, list
             continue
         length = int(np.prod(shape[1:]))
         if length % 3 == 0 and length // 3 in points and points[length // 3] != name:
-            kinds[name] = OutputKind("landmarks", dims=3, source="values",
+            kinds[name] = OutputKind("landmarks", dims=3, coords=3, source="values",
                                      reason=f"{length // 3} signed x, y, z points, as many as {points[length // 3]}'s "
                                             "landmarks: the same points in 3-D coordinates")
 

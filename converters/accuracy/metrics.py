@@ -195,18 +195,20 @@ def scores_metrics(r: np.ndarray, t: np.ndarray, axis: int, activation: str, spe
 MIN_EXTENT_SHARE = 0.25
 
 
-def point_metrics(r: np.ndarray, t: np.ndarray, dims: int, spec: AccuracySpec) -> tuple[dict[str, Any], list[str]]:
+def point_metrics(r: np.ndarray, t: np.ndarray, dims: int, spec: AccuracySpec,
+                  coords: int | None = None) -> tuple[dict[str, Any], list[str]]:
     """Landmarks, one set of points per sample (``[S, values]``): each sample's mean point distance
     over its float extent (the diagonal of the box of its float points), as landmark tasks
-    normalise by the object's size (NME); the first (up to) three values of each point are its
-    coordinates (x, y, z; pose's visibility and presence follow)."""
+    normalise by the object's size (NME). A point is placed by its first ``coords`` values (x, y
+    of image landmarks, whose z is a relative depth estimate; x, y, z of world landmarks), by
+    default its first (up to) three (pose's visibility and presence follow)."""
     g = spec.regression
-    c = min(dims, 3)
+    c = min(coords or 3, dims)
     pr = r.reshape(r.shape[0], -1, dims)[..., :c]
     pt = t.reshape(t.shape[0], -1, dims)[..., :c]
     extent = np.linalg.norm(pr.max(axis=1) - pr.min(axis=1), axis=-1)
     judged = extent >= MIN_EXTENT_SHARE * float(np.median(extent))
-    out: dict[str, Any] = {"points": int(pr.shape[1])}
+    out: dict[str, Any] = {"points": int(pr.shape[1]), "point_coords": c}
     if (~judged).any():
         out["point_samples_collapsed"] = int((~judged).sum())
     if not judged.any():  # every sample's points on one spot: nothing to measure against
@@ -225,7 +227,8 @@ def point_metrics(r: np.ndarray, t: np.ndarray, dims: int, spec: AccuracySpec) -
 
 
 def regression_metrics(r: np.ndarray, t: np.ndarray, axis: int, spec: AccuracySpec,
-                       mask: np.ndarray | None, dims: int | None = None) -> tuple[dict[str, Any], list[str]]:
+                       mask: np.ndarray | None, dims: int | None = None,
+                       coords: int | None = None) -> tuple[dict[str, Any], list[str]]:
     """Error relative to the float dynamic range; at ``mask`` positions when given. With ``dims``
     (landmarks: values per point) and one row per sample, also :func:`point_metrics`."""
     g = spec.regression
@@ -254,7 +257,7 @@ def regression_metrics(r: np.ndarray, t: np.ndarray, axis: int, spec: AccuracySp
         pr, pt = r.reshape(samples, -1), t.reshape(samples, -1)
         if mask is not None:
             pr, pt = pr[mask], pt[mask]
-        figures, f = point_metrics(pr, pt, dims, spec)
+        figures, f = point_metrics(pr, pt, dims, spec, coords)
         out["margins"].update(figures.pop("margins", {}))
         out.update(figures)
         fails += f
@@ -547,7 +550,7 @@ def judge_part(r: np.ndarray, t: np.ndarray, kind: str, axis: int, activation: s
         if bins:  # distributions: judged as the distances they decode to
             r, t = expected_bins(r, bins), expected_bins(t, bins)
         dims = point_dims(int(np.prod(r.shape[1:])), okind) if kind == "landmarks" and okind.kind == "landmarks" else None
-        figures, f = regression_metrics(r, t, axis, spec, mask, dims)
+        figures, f = regression_metrics(r, t, axis, spec, mask, dims, okind.coords if dims else None)
         if bins:
             figures["decoded"] = f"softmax expectation over {bins} bins"
     elif kind in MAP_KINDS:
