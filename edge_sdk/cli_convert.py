@@ -26,7 +26,8 @@ from .errors import ConversionError
 @click.option("--preprocess", default=None, help="Image preprocessing: key=value,... / JSON / .json file.")
 @click.option("--output", "outputs", multiple=True, metavar="NAME:KIND[:OPTS]",
               help="What an output means, for the accuracy gate (scores, logits, boxes, landmarks, regression, heatmap, "
-                   "mask, embedding, sequence, packed, detections, tensor); e.g. output0:packed:axis=1,boxes=0-4,scores=4-84. Repeatable.")
+                   "mask, embedding, sequence, packed, detections, tensor); e.g. output0:packed:axis=1,boxes=0-4,scores=4-84 "
+                   "or pose:landmarks:dims=5,coords=2 (values per point, those that place it). Repeatable.")
 @click.option("--metric", default=None, metavar="FILE.py:FUNC|MODULE:FUNC",
               help="A task metric run beside the gate: f(float_outputs, int8_outputs, inputs) -> {'passed': bool, ...}.")
 @click.option("--recover", type=click.Choice(["off", "calibration", "mixed"]), default="mixed", show_default=True,

@@ -107,9 +107,9 @@ class OutputKind:
         extra = f", {self.activation}" if self.activation != "none" else ""
         if self.bins:
             extra = f", {self.bins} bins{extra}"
-        if self.dims:
+        if self.dims or self.coords:
             placed = {2: ", judged by x, y", 3: ", judged by x, y, z"}.get(self.coords or 0, "")
-            extra = f", {self.dims} values per point{placed}{extra}"
+            extra = (f", {self.dims} values per point" if self.dims else "") + f"{placed}{extra}"
         if self.kind in ("scores", "logits", "sequence"):
             extra = f", axis {self.axis}{extra}"
         return f"{self.kind}{'(' + extra[2:] + ')' if extra else ''}"
