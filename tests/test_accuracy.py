@@ -424,6 +424,12 @@ def test_landmarks_are_also_judged_per_sample_over_each_objects_own_extent():
     wob[3] += 0.2
     m = evaluate_output(list(dot.reshape(n, 1, 63)), list(wob.reshape(n, 1, 63)), kind, SPEC)
     assert m["passed"] and m["point_samples_collapsed"] == 1 and m["point_error"] == 0.0, m
+    # judged at some samples only (a companion's mask), the worst is still named among all of them
+    from edge_sdk.converters.accuracy.metrics import regression_metrics
+    at = np.ones(n, bool)
+    at[[0, 2]] = False
+    part, _ = regression_metrics(pts.reshape(n, 1, 63), one.reshape(n, 1, 63), -1, SPEC, at, 3, 3)
+    assert part["worst_sample"] == 7 and part["at_confident_positions"] == n - 2, part
     # a landmarks output with no recorded dims is read as x, y, z when its length splits so
     assert evaluate_output(ref, list(one.reshape(n, 1, 63)), OutputKind("landmarks"), SPEC)["points"] == 21
 

@@ -258,6 +258,8 @@ def regression_metrics(r: np.ndarray, t: np.ndarray, axis: int, spec: AccuracySp
         if mask is not None:
             pr, pt = pr[mask], pt[mask]
         figures, f = point_metrics(pr, pt, dims, spec, coords)
+        if mask is not None and "worst_sample" in figures:  # an index among all held-back samples
+            figures["worst_sample"] = int(np.flatnonzero(mask)[figures["worst_sample"]])
         out["margins"].update(figures.pop("margins", {}))
         out.update(figures)
         fails += f
