@@ -227,8 +227,12 @@ def check_fits(name: str, kind: OutputKind, shape: list[int]) -> None:
     if kind.bins and (not rank or shape[-1] % kind.bins):
         raise InputValidationError(f"Output '{name}' of shape {shape}: its last axis does not split into groups of "
                                    f"{kind.bins} bins.", "bins is the number of logits per distance (e.g. 8 for PicoDet).")
-    if kind.coords and kind.dims and kind.coords > kind.dims:
-        raise InputValidationError(f"Output '{name}': coords={kind.coords} is more than its {kind.dims} values per point.")
+    if kind.coords and kind.kind == "landmarks" and rank:
+        dims = point_dims(int(np.prod(shape[1:] if rank > 1 else shape)), kind) or 0
+        if kind.coords > dims:  # it would be judged by fewer values than it says place a point
+            raise InputValidationError(f"Output '{name}' of shape {shape}: coords={kind.coords} is more than its "
+                                       f"{dims or 'undivided'} values per point.",
+                                       "Declare dims too (e.g. dims=3,coords=3), or coords=2 for x, y.")
     if kind.dims and (not rank or shape[-1] % kind.dims):
         raise InputValidationError(f"Output '{name}' of shape {shape}: its last axis does not split into points of {kind.dims} values.",
                                    "dims is the number of values per landmark point (2: x, y; 3: x, y, z).")

@@ -14,7 +14,7 @@ import pytest
 
 from edge_sdk.converters.accuracy import compare, gate_step, infer_kinds, match_outputs
 from edge_sdk.converters.accuracy.kinds import from_values
-from edge_sdk.converters.accuracy.metrics import edit_distance, evaluate_output, whole_tensor
+from edge_sdk.converters.accuracy.metrics import edit_distance, evaluate_output, regression_metrics, whole_tensor
 from edge_sdk.converters.base import SourceModel
 from edge_sdk.converters.heads import postprocess
 from edge_sdk.errors import ConversionError, InputValidationError
@@ -425,7 +425,6 @@ def test_landmarks_are_also_judged_per_sample_over_each_objects_own_extent():
     m = evaluate_output(list(dot.reshape(n, 1, 63)), list(wob.reshape(n, 1, 63)), kind, SPEC)
     assert m["passed"] and m["point_samples_collapsed"] == 1 and m["point_error"] == 0.0, m
     # judged at some samples only (a companion's mask), the worst is still named among all of them
-    from edge_sdk.converters.accuracy.metrics import regression_metrics
     at = np.ones(n, bool)
     at[[0, 2]] = False
     part, _ = regression_metrics(pts.reshape(n, 1, 63), one.reshape(n, 1, 63), -1, SPEC, at, 3, 3)
@@ -501,6 +500,10 @@ def test_declared_landmark_dims_are_checked_against_the_shape():
         parse_declaration("lm:landmarks:coords=4")
     with pytest.raises(InputValidationError, match="more than its 2 values"):
         check_fits("lm", OutputKind("landmarks", dims=2, coords=3), [1, 42])
+    # without dims, 196 values are read as x, y pairs: coords=3 would silently judge by two
+    with pytest.raises(InputValidationError, match="coords=3 is more than its 2 values"):
+        check_fits("lm", parse_declaration("lm:landmarks:coords=3")[1], [1, 196])
+    check_fits("lm", parse_declaration("lm:landmarks:coords=3")[1], [1, 63])
 
 
 def test_image_landmarks_are_placed_by_x_y_and_world_landmarks_by_x_y_z():

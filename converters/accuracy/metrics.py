@@ -253,7 +253,7 @@ def regression_metrics(r: np.ndarray, t: np.ndarray, axis: int, spec: AccuracySp
            f"p99 error {p99:.2%} of the range > {g.max_error_p99:.0%}")
     samples = r.shape[0]
     per_sample = mask is None or (mask.shape[0] == samples and mask.any())
-    if dims and per_sample and r[0].size % dims == 0 and r[0].size >= 2 * dims:
+    if dims and per_sample and r[0].size >= 2 * dims:  # (dims divides it: point_dims)
         pr, pt = r.reshape(samples, -1), t.reshape(samples, -1)
         if mask is not None:
             pr, pt = pr[mask], pt[mask]
@@ -551,8 +551,8 @@ def judge_part(r: np.ndarray, t: np.ndarray, kind: str, axis: int, activation: s
         bins = okind.bins if okind.kind in REGRESSION_KINDS else None
         if bins:  # distributions: judged as the distances they decode to
             r, t = expected_bins(r, bins), expected_bins(t, bins)
-        dims = point_dims(int(np.prod(r.shape[1:])), okind) if kind == "landmarks" and okind.kind == "landmarks" else None
-        figures, f = regression_metrics(r, t, axis, spec, mask, dims, okind.coords if dims else None)
+        dims = point_dims(int(np.prod(r.shape[1:])), okind) if kind == "landmarks" else None  # None for a packed group
+        figures, f = regression_metrics(r, t, axis, spec, mask, dims, okind.coords)
         if bins:
             figures["decoded"] = f"softmax expectation over {bins} bins"
     elif kind in MAP_KINDS:
