@@ -231,7 +231,8 @@ def check_fits(name: str, kind: OutputKind, shape: list[int]) -> None:
         dims = point_dims(int(np.prod(shape[1:] if rank > 1 else shape)), kind) or 0
         if kind.coords > dims:  # it would be judged by fewer values than it says place a point
             raise InputValidationError(f"Output '{name}' of shape {shape}: coords={kind.coords} is more than its "
-                                       f"{dims or 'undivided'} values per point.",
+                                       f"{dims} values per point." if dims else
+                                       f"Output '{name}' of shape {shape}: its values do not split into points.",
                                        "Declare dims too (e.g. dims=3,coords=3), or coords=2 for x, y.")
     if kind.dims and (not rank or shape[-1] % kind.dims):
         raise InputValidationError(f"Output '{name}' of shape {shape}: its last axis does not split into points of {kind.dims} values.",
