@@ -123,7 +123,7 @@ def _build(ctx: BuildContext, final: Path, stage: Path) -> ProfileSummary:
     _record_recovery(ctx, manifest, recs, stage)
     for fmt, r in reports.items():
         where = f"{r['backend']}/{r['device']}" + ("" if r["native"] else " (CPU stand-in)")
-        ctx.say(f"{fmt} gate on {where}: {acc.format_metrics(r['outputs'])}")
+        ctx.say(f"{fmt} gate on {where}: {acc.report_figures(r)}")
         ctx.say(f"{fmt} gate: " + ("passed" if r["passed"] else "FAILED: " + "; ".join(r["failures"])))
     passed = [f for f in results if reports[f]["passed"] or not cs.calibrated]
     failing = [f for f in results if f not in passed]
@@ -141,7 +141,7 @@ def _build(ctx: BuildContext, final: Path, stage: Path) -> ProfileSummary:
     for f in results:
         status = "published" if f in passed else ("kept" if ctx.allow_drop else "gate_failed")
         why = "" if f in passed else "; ".join(reports[f]["failures"])
-        outcomes[f] = FormatOutcome(f, status, why, acc.format_metrics(reports[f]["outputs"]), results[f].route,  # type: ignore[arg-type]
+        outcomes[f] = FormatOutcome(f, status, why, acc.report_figures(reports[f]), results[f].route,  # type: ignore[arg-type]
                                     "" if f in passed else recs[f].advice)
     ordered = [outcomes[f] for f in ctx.profile.artifact.formats if f in outcomes]
     publish = list(results) if ctx.allow_drop else passed

@@ -474,7 +474,7 @@ def _prepare(source: SourceModel, shapes: StaticShapes, prof: Profile, calib, ca
     else:
         log("running the float reference on the held-back samples")
         ref, runtime = acc.float_outputs(source, onnx() if source.format == "onnx" else Path(), cs.holdout)
-    kinds = acc.infer_kinds(source.outputs, ref, _graph(source, onnx), declared)
+    kinds = acc.infer_kinds(source.outputs, ref, _graph(source, onnx), declared, streams)
     for row in acc.kinds_table(kinds):
         log(f"output {row['output']}: {row['kind']} ({row['source']}: {row['reason']})")
     return Prepared(shapes, cs, ref, runtime, kinds, onnx, tflite)

@@ -165,10 +165,16 @@ def float_form(job: ConvertJob) -> Converted:
     whose operator table lacks an op it has an exact equivalent for (made once per such target)."""
     key = f"tflite_float:{job.options.get('tflite_input_layout', 'source')}:{sorted(job.input_shapes.items())}"
     shared = _shared(job)
+    if isinstance(shared.get(key), ConversionError):  # it failed once: every profile and candidate says so, none reruns it
+        raise shared[key]
     if key not in shared:
         route: Callable[[ConvertJob], Converted] = ROUTES.get(job.source.format)
         job.log(f"{job.source.format} -> float TFLite")
-        shared[key] = _delegate_friendly(job, route(job))
+        try:
+            shared[key] = _delegate_friendly(job, route(job))
+        except ConversionError as exc:
+            shared[key] = exc
+            raise
     rewrites = _operator_rewrites(job)
     if not rewrites:
         return shared[key]

@@ -19,6 +19,9 @@ Kinds:
 * ``packed``: several of the above in channel ``groups`` along ``axis`` (YOLO: boxes, scores). A
   group may also be ``objectness`` (one channel, YOLOv5/YOLOX): the class scores beside it are
   then conditional, and a detection's score is objectness times class score.
+* ``state``: a recurrent state fed back as an input (``--stream OUT:IN``). Its error shows in the
+  outputs it feeds, judged with the artifact carrying its own state; the state itself is judged by
+  its relative error at the end of a long stream (does the int8 error grow as it is carried?).
 * ``tensor``: nothing known; whole-tensor cosine and SQNR.
 
 Pure numpy; no ML framework is imported here (the runtime path uses it).
@@ -33,7 +36,7 @@ import numpy as np
 
 from .errors import InputValidationError
 
-KindName = Literal["scores", "logits", "boxes", "landmarks", "regression", "heatmap", "mask", "embedding",
+KindName = Literal["scores", "logits", "boxes", "landmarks", "regression", "heatmap", "mask", "embedding", "state",
                    "sequence", "packed", "detections", "tensor"]
 Activation = Literal["none", "sigmoid", "softmax"]
 #: What a channel group of a packed output may hold: a kind, or ``objectness`` (one channel whose
@@ -41,7 +44,7 @@ Activation = Literal["none", "sigmoid", "softmax"]
 GroupKind = Literal["scores", "logits", "boxes", "landmarks", "regression", "heatmap", "mask", "embedding",
                     "sequence", "packed", "tensor", "objectness"]
 
-KINDS: tuple[str, ...] = ("scores", "logits", "boxes", "landmarks", "regression", "heatmap", "mask", "embedding",
+KINDS: tuple[str, ...] = ("scores", "logits", "boxes", "landmarks", "regression", "heatmap", "mask", "embedding", "state",
                           "sequence", "packed", "detections", "tensor")
 #: Words users type -> the kind they mean.
 ALIASES = {"obj": "objectness", "probs": "scores", "probabilities": "scores", "classes": "scores", "coords": "regression",
@@ -83,7 +86,8 @@ class OutputKind:
             for image landmarks (x, y; their z is a relative depth estimate, near constant across
             an iris), 3 for metric world landmarks. None: ``min(dims, 3)``.
         source: How it was decided: ``declared`` (by the user), ``graph`` (the op at the
-            model's tail), ``values`` (ranges seen on the float model), ``shape``, ``default``.
+            model's tail), ``values`` (ranges seen on the float model), ``shape``, ``stream`` (a
+            state ``--stream`` feeds back), ``default``.
         reason: One line saying why, for the report.
     """
 
@@ -95,7 +99,7 @@ class OutputKind:
     bins: int | None = None
     dims: int | None = None
     coords: int | None = None
-    source: Literal["declared", "graph", "values", "shape", "default"] = "default"
+    source: Literal["declared", "graph", "values", "shape", "stream", "default"] = "default"
     reason: str = ""
 
     def label(self) -> str:

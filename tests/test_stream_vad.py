@@ -11,7 +11,9 @@ carrying its own state.
 Measured when written: the ONNX QDQ candidates failed their gate at first (int8 state through
 the loop: state cosine min 0.89) and recovery kept the LSTM's state path float; that needed the
 unnamed nodes of an onnx.helper graph to be named (``sources.name_nodes``), or every "keep this
-layer float" candidate matched every node. Calibrated on sequences of 40 chunks, the jetson-orin
+layer float" candidate matched every node. Every format now keeps the state path float from its
+baseline on (``recovery.state_path``), and the gate also runs the held-back sequences chained into
+one 1200-step stream. Calibrated on sequences of 40 chunks, the jetson-orin
 artifact passed its gate (state cosine min 0.986 over 40 steps) and then drifted on the 100-chunk
 stream (state cosine 0.82 over the stream): the gate only sees as far as its sequences reach, so
 they are as long as the stream here. Even so, on this unseen stream the arm-cpu TFLite state's
@@ -109,6 +111,17 @@ def test_every_target_publishes_an_int8_streaming_vad(vad):
     m = read_manifest(root / "out" / "jetson-orin")
     assert m.static_shapes["inputs"]["state"] == [2, 1, H]
     assert m.formats == ["onnx-qdq"] and m.accuracy["formats"]["onnx-qdq"]["sequences"]["steps"] == 3 * 100
+    for profile in PROFILES:
+        m = read_manifest(root / "out" / profile)
+        assert {t.name: t.kind.kind for t in m.outputs}["stateN"] == "state"
+        for fmt in m.formats:
+            long = m.accuracy["formats"][fmt]["long_stream"]
+            # 3 held-back sequences of 100 steps, chained 4 times: the state never reset.
+            assert (long["steps"], long["sequences"], long["passes"]) == (1200, 3, 4), (profile, fmt, long)
+            state = long["outputs"]["stateN"]
+            assert state["passed"] and len(state["state_error_by_quarter"]) == 4, (profile, fmt, state)
+            why = m.backend_options["recovery"][fmt]["recipe"]["why"]
+            assert any(r.startswith("state: carried from step to step") for r in why.values()), (profile, fmt, why)
 
 
 @pytest.mark.parametrize("profile", PROFILES)

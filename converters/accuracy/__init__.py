@@ -49,17 +49,19 @@ def gate_step(profile: Profile, fmt: str) -> RuntimeStep:
 
 
 def artifact_outputs(folder: Path, step: RuntimeStep, holdout: list[Feed],
-                     sequences: tuple[list[tuple[str, str]], list[int]] | None = None
-                     ) -> tuple[list[dict[str, np.ndarray]], dict]:
+                     sequences: tuple[list[tuple[str, str]], list[int]] | None = None,
+                     long_stream: list[Feed] | None = None) -> tuple[list[dict[str, np.ndarray]], dict]:
     """Run the artifact in ``folder`` through the runtime facade on every hold-out feed.
 
     Args:
         sequences: ``(streams, lengths)`` for a streamed model: ``holdout`` is the concatenation
             of sequences of these lengths, and the artifact carries its *own* state from step to
             step (``Model.stream()``), the state inputs of ``holdout`` being used at step 0 only.
+        long_stream: With ``sequences``: the feeds of one long stream, run after them in the same
+            loaded model, the state carried through all of it; its outputs follow the hold-out's.
 
     Returns:
-        (outputs per feed, the facade's description of what ran).
+        (outputs per feed, then per long-stream step; the facade's description of what ran).
     """
     from edge_sdk.runtimes.facade import load
 
@@ -70,12 +72,14 @@ def artifact_outputs(folder: Path, step: RuntimeStep, holdout: list[Feed],
             return outs, model.describe()
         streams, lengths = sequences
         states = {i for _, i in streams}
-        outs, at = [], 0
+        outs, runs, at = [], [], 0
         for n in lengths:
-            st = model.stream(initial={i: holdout[at][i] for i in states})
-            for feed in holdout[at:at + n]:
-                outs.append({k: np.asarray(v) for k, v in st.step({k: v for k, v in feed.items() if k not in states}).outputs.items()})
+            runs.append(holdout[at:at + n])
             at += n
+        for feeds in runs + ([long_stream] if long_stream else []):
+            st = model.stream(initial={i: feeds[0][i] for i in states})
+            for feed in feeds:
+                outs.append({k: np.asarray(v) for k, v in st.step({k: v for k, v in feed.items() if k not in states}).outputs.items()})
         return outs, model.describe()
     finally:
         model.close()
@@ -108,8 +112,9 @@ def _link_masks(kinds: dict[str, OutputKind], shapes: dict[str, list[int]]) -> d
 
 
 def compare(reference: list[dict[str, np.ndarray]], test: list[dict[str, np.ndarray]], kinds: dict[str, OutputKind],
-            spec: AccuracySpec) -> dict[str, dict[str, Any]]:
-    """Per-output verdicts of ``test`` against ``reference`` (artifact output names as keys).
+            spec: AccuracySpec, state_judge: str = "all") -> dict[str, dict[str, Any]]:
+    """Per-output verdicts of ``test`` against ``reference`` (artifact output names as keys);
+    ``state_judge``: how ``state`` outputs are judged (``end`` of a long stream, ``all`` steps, ``none``).
 
     Raises:
         ConversionError: outputs that cannot be matched or differ in shape.
@@ -123,7 +128,8 @@ def compare(reference: list[dict[str, np.ndarray]], test: list[dict[str, np.ndar
     masks: dict[str, Any] = {}
     for t, f in order:
         try:
-            m = evaluate_output([r[f] for r in reference], [x[t] for x in test], kinds[f], spec, masks.get(links.get(f, "")))
+            m = evaluate_output([r[f] for r in reference], [x[t] for x in test], kinds[f], spec, masks.get(links.get(f, "")),
+                                state_judge)
         except ValueError as exc:
             raise ConversionError(f"Output '{t}': {exc}") from None
         masks[f] = m.pop("_mask", None)
@@ -136,17 +142,25 @@ def compare(reference: list[dict[str, np.ndarray]], test: list[dict[str, np.ndar
 def evaluate(folder: Path, step: RuntimeStep, holdout: list[Feed], reference: list[dict[str, np.ndarray]],
              spec: AccuracySpec, kinds: dict[str, OutputKind] | None = None,
              task_metric: Callable | None = None,
-             sequences: tuple[list[tuple[str, str]], list[int]] | None = None) -> dict[str, Any]:
+             sequences: tuple[list[tuple[str, str]], list[int]] | None = None,
+             long_stream: Any = None, long_stream_note: str = "") -> dict[str, Any]:
     """Run the artifact in ``folder``, compare with the float reference, judge against ``spec``.
 
     With ``sequences`` (a streamed model, see :func:`artifact_outputs`) the artifact carries its
-    own state, so every step is judged after the int8 error of all the steps before it.
+    own state, so every step is judged after the int8 error of all the steps before it. With
+    ``long_stream`` (a :class:`..calibration.LongStream`) the held-back sequences chained into one
+    stream are judged too: every output by its kind, a ``state`` by its error at the stream's end
+    (without one, the state is judged over every step of the sequences, ``long_stream_note`` says why).
 
     Returns:
-        ``{"backend", "device", "native", "outputs": {name: metrics}, "failures", "passed", "ran", "task"?}``.
+        ``{"backend", "device", "native", "outputs": {name: metrics}, "failures", "passed", "ran",
+        "task"?, "sequences"?, "long_stream"?}``.
     """
-    test, ran = artifact_outputs(folder, step, holdout, sequences)
-    outputs = compare(reference, test, kinds or {}, spec)
+    streamed = bool(sequences and sequences[0])
+    long_feeds = long_stream.feeds if streamed and long_stream is not None else None
+    test, ran = artifact_outputs(folder, step, holdout, sequences, long_feeds)
+    test, test_long = test[:len(holdout)], test[len(holdout):]
+    outputs = compare(reference, test, kinds or {}, spec, "none" if long_feeds else "all")
     fails = [f"{name}: {f}" for name, m in outputs.items() for f in m["failures"]]
     report: dict[str, Any] = {"backend": step.backend, "device": step.accelerator, "native": step.native,
                               "outputs": outputs, "failures": fails,
@@ -157,9 +171,16 @@ def evaluate(folder: Path, step: RuntimeStep, holdout: list[Feed], reference: li
         report["task"] = run_task_metric(task_metric, reference, test, holdout)
         if not report["task"]["passed"]:
             fails.append(f"task metric: {report['task'].get('reason') or 'failed'}")
-    if sequences and sequences[0]:
+    if streamed:
         report["sequences"] = {"count": len(sequences[1]), "steps": sum(sequences[1]),
                                "state": "the artifact's own, carried from step to step"}
+        if long_feeds:
+            long_outputs = compare(long_stream.reference, test_long, kinds or {}, spec, "end")
+            steps = len(long_feeds)
+            fails += [f"long stream ({steps} steps), {name}: {f}" for name, m in long_outputs.items() for f in m["failures"]]
+            report["long_stream"] = {**long_stream.describe(), "outputs": long_outputs}
+        elif long_stream_note:
+            report["long_stream"] = {"not_run": long_stream_note}
     report["passed"] = not fails
     return report
 
@@ -176,5 +197,14 @@ def format_metrics(outputs: dict[str, dict[str, Any]]) -> str:
     return "; ".join(one_line(name, m) for name, m in outputs.items())
 
 
+def report_figures(report: dict[str, Any]) -> str:
+    """:func:`format_metrics` of a gate report, with its long stream's figures where it ran one."""
+    text = format_metrics(report["outputs"])
+    long_outputs = report.get("long_stream", {}).get("outputs")
+    if long_outputs:
+        text += f"; over a {report['long_stream']['steps']}-step stream: {format_metrics(long_outputs)}"
+    return text
+
+
 __all__ = ["FloatReference", "REFERENCES", "artifact_outputs", "compare", "evaluate",
-           "carried_float_outputs", "float_outputs", "format_metrics", "gate_step", "infer_kinds", "kinds_table", "match_outputs", "thresholds"]
+           "carried_float_outputs", "float_outputs", "format_metrics", "report_figures", "gate_step", "infer_kinds", "kinds_table", "match_outputs", "thresholds"]

@@ -468,7 +468,8 @@ def _world_beside_landmarks(kinds: dict[str, OutputKind], shapes: dict[str, list
 
 
 def infer_kinds(outputs: list[TensorSpec], reference: list[dict[str, np.ndarray]], graph: GraphView | None,
-                declared: dict[str, OutputKind] | None = None) -> dict[str, OutputKind]:
+                declared: dict[str, OutputKind] | None = None,
+                streams: list[tuple[str, str]] | tuple = ()) -> dict[str, OutputKind]:
     """The kind of every output, with how it was decided.
 
     Args:
@@ -476,9 +477,11 @@ def infer_kinds(outputs: list[TensorSpec], reference: list[dict[str, np.ndarray]
         reference: Float outputs on the held-back samples.
         graph: The float graph (ONNX or TFLite) or None.
         declared: User declarations by output name.
+        streams: ``(output, input)`` pairs of ``--stream``: those outputs are ``state`` unless declared.
 
     Raises:
-        InputValidationError: a declaration names no output, or does not fit its shape.
+        InputValidationError: a declaration names no output, does not fit its shape, or declares
+            ``state`` on an output no ``--stream`` feeds back.
     """
     from edge_sdk.errors import InputValidationError
 
@@ -488,6 +491,12 @@ def infer_kinds(outputs: list[TensorSpec], reference: list[dict[str, np.ndarray]
     if unknown:
         raise InputValidationError(f"--output names {unknown}, which the model does not have.",
                                    f"Outputs: {', '.join(names)}")
+    fed_back = dict(streams)
+    loose = sorted(n for n, k in declared.items() if k.kind == "state" and n not in fed_back)
+    if loose:
+        raise InputValidationError(f"--output declares {', '.join(loose)} a state, but no --stream feeds it back.",
+                                   f"Add --stream {loose[0]}:INPUT (the input it becomes at the next step), or "
+                                   "declare another kind.")
     kinds: dict[str, OutputKind] = {}
     shapes: dict[str, list[int]] = {}
     refs: dict[str, np.ndarray] = {}
@@ -498,6 +507,10 @@ def infer_kinds(outputs: list[TensorSpec], reference: list[dict[str, np.ndarray]
         if r.size and np.issubdtype(r.dtype, np.floating):
             refs[spec.name] = r
         kind = declared.get(spec.name)
+        if kind is None and spec.name in fed_back:
+            kind = OutputKind("state", source="stream",
+                              reason=f"fed back as input '{fed_back[spec.name]}' (--stream): judged by the outputs it "
+                                     "feeds and by its own error at the end of a long stream")
         if kind is None and graph is not None:
             kind = from_graph(graph, spec.name, shape)
         if kind is None and r.size:

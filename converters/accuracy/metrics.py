@@ -30,6 +30,8 @@ from edge_sdk.profiles import AccuracySpec, ScoresGate
 COLLAPSE_MIN_DISTINCT = 16
 #: An int8 group whose range is below this fraction of the float range has collapsed.
 COLLAPSE_MIN_RANGE = 0.02
+#: A state's relative error below this is rounding: its growth is measured from at least here.
+STATE_ERROR_FLOOR = 0.05
 
 
 def _r(x: float, nd: int = 6) -> float | str:
@@ -483,6 +485,48 @@ def embedding_metrics(r: np.ndarray, t: np.ndarray, spec: AccuracySpec) -> tuple
     return out, fails
 
 
+def state_metrics(r: np.ndarray, t: np.ndarray, spec: AccuracySpec, judge: str) -> tuple[dict[str, Any], list[str]]:
+    """A recurrent state (``--stream``) per step: its relative error ``|int8 - float| / |float|``.
+
+    Args:
+        judge: ``end``: the steps are one long stream, and the mean over its last quarter is held
+            to ``stream.max_state_error`` and to ``stream.max_state_growth`` times the second
+            quarter's (is the error still growing as the state is carried?); ``all``: the mean over
+            every step is held to ``max_state_error`` (no long stream could be run); ``none``:
+            figures only (the sequences as given, where the long stream judges the state).
+    """
+    rr, tt = r.reshape(r.shape[0], -1), t.reshape(t.shape[0], -1)
+    norm = np.linalg.norm(rr, axis=1)
+    floor = max(1e-3 * float(np.median(norm)), 1e-12) if norm.size else 1e-12
+    rel = np.linalg.norm(tt - rr, axis=1) / np.maximum(norm, floor)
+    denom = norm * np.linalg.norm(tt, axis=1)
+    cos = np.where(denom > 0, np.sum(rr * tt, axis=1) / np.maximum(denom, 1e-30), 1.0)
+    out: dict[str, Any] = {"state_error_mean": _r(float(rel.mean())), "state_error_max": _r(float(rel.max())),
+                           "cosine_mean": _r(float(cos.mean())), "cosine_min": _r(float(cos.min()))}
+    fails: list[str] = []
+    g = spec.stream
+    if judge == "end":
+        quarters = [q for q in np.array_split(rel, 4) if q.size]
+        end = float(quarters[-1].mean())
+        out["state_error_by_quarter"] = [_r(float(q.mean()), 4) for q in quarters]
+        out["state_error_end"] = _r(end)
+        _check(out, fails, "state_error_end", end, g.max_state_error, False,
+               f"relative state error {end:.3f} over the last {len(quarters[-1])} steps of the long stream > {g.max_state_error}")
+        if len(quarters) == 4:
+            # Below a twentieth of the state's norm an error is rounding, however it moves.
+            growth = end / max(float(quarters[1].mean()), STATE_ERROR_FLOOR)
+            out["state_error_growth"] = _r(growth, 4)
+            _check(out, fails, "state_error_growth", growth, g.max_state_growth, False,
+                   f"the state's error still grows at the end of the long stream: {end:.3f} over its last quarter, "
+                   f"{growth:.2f}x the second quarter's (> {g.max_state_growth}x)")
+    elif judge == "all":
+        _check(out, fails, "state_error_mean", float(rel.mean()), g.max_state_error, False,
+               f"mean relative state error {rel.mean():.3f} > {g.max_state_error}")
+    else:
+        out["not_judged"] = "judged over the long stream"
+    return out, fails
+
+
 def edit_distance(a: Sequence[Any], b: Sequence[Any]) -> int:
     """Levenshtein distance between two sequences (token ids, or the characters of strings)."""
     row = list(range(len(b) + 1))
@@ -534,8 +578,10 @@ def tensor_metrics(whole: dict[str, Any], spec: AccuracySpec, out: dict[str, Any
 
 
 def judge_part(r: np.ndarray, t: np.ndarray, kind: str, axis: int, activation: str, spec: AccuracySpec,
-               okind: OutputKind, samples: int, mask: np.ndarray | None) -> tuple[dict[str, Any], list[str], np.ndarray | None]:
-    """Metrics and failures of one output or packed group; returns the confident mask of scores."""
+               okind: OutputKind, samples: int, mask: np.ndarray | None,
+               state_judge: str = "all") -> tuple[dict[str, Any], list[str], np.ndarray | None]:
+    """Metrics and failures of one output or packed group; returns the confident mask of scores
+    (``state_judge``: how a ``state`` is judged, see :func:`state_metrics`)."""
     whole = whole_tensor(r, t)
     out: dict[str, Any] = dict(whole)
     fails: list[str] = []
@@ -559,6 +605,8 @@ def judge_part(r: np.ndarray, t: np.ndarray, kind: str, axis: int, activation: s
         figures, f = map_metrics(r, t, activation, spec, per_frame=kind == "mask")
     elif kind == "embedding":
         figures, f = embedding_metrics(r, t, spec)
+    elif kind == "state":
+        figures, f = state_metrics(r, t, spec, state_judge)
     elif kind == "sequence":
         figures, f = sequence_metrics(r, t, okind, spec)
     elif kind == "detections":
@@ -575,7 +623,7 @@ def judge_part(r: np.ndarray, t: np.ndarray, kind: str, axis: int, activation: s
 
 
 def evaluate_output(ref: list[np.ndarray], test: list[np.ndarray], kind: OutputKind, spec: AccuracySpec,
-                    mask: np.ndarray | None = None) -> dict[str, Any]:
+                    mask: np.ndarray | None = None, state_judge: str = "all") -> dict[str, Any]:
     """Judge one output over all held-back samples.
 
     Args:
@@ -583,6 +631,8 @@ def evaluate_output(ref: list[np.ndarray], test: list[np.ndarray], kind: OutputK
         kind: The output's kind.
         spec: The profile's thresholds.
         mask: Confident positions from a companion scores output (regressions only).
+        state_judge: How a ``state`` output is judged (:func:`state_metrics`): ``end`` of a long
+            stream, ``all`` steps, or ``none``.
 
     Returns:
         ``{"kind", whole-tensor figures, kind figures, "groups"?, "worst"?, "failures", "passed"}``.
@@ -594,7 +644,8 @@ def evaluate_output(ref: list[np.ndarray], test: list[np.ndarray], kind: OutputK
     samples = r.shape[0]
     out: dict[str, Any] = {"kind": kind.label(), "samples": samples}
     if kind.kind != "packed":
-        part, fails, conf = judge_part(r, t, kind.kind, kind.axis, kind.activation, spec, kind, samples, mask)
+        part, fails, conf = judge_part(r, t, kind.kind, kind.axis, kind.activation, spec, kind, samples, mask,
+                                       state_judge)
         out.update(part)
         out["failures"] = fails
         out["_mask"] = conf
@@ -648,7 +699,8 @@ def _worst(groups: dict[str, dict[str, Any]]) -> str:
 def one_line(name: str, m: dict[str, Any]) -> str:
     """``name [kind]: the figures that judge it`` for progress lines and reports."""
     keys = ("detection_f1", "object_f1", "top1_agreement", "decided_top1_agreement", "decision_agreement", "score_error", "positive_f1", "range_error", "range_error_p99", "point_error", "iou", "frame_iou_mean",
-            "frame_iou_min", "cosine_mean", "cosine_min", "token_error", "step_agreement", "sequence_agreement")
+            "frame_iou_min", "cosine_mean", "cosine_min", "token_error", "step_agreement", "sequence_agreement",
+            "state_error_end", "state_error_mean")
     if "groups" in m:
         return "; ".join(one_line(f"{name}/{g}", gm) for g, gm in m["groups"].items())
     shown = [f"{k.replace('_', ' ')} {m[k]}" for k in keys if k in m]

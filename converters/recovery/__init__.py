@@ -123,6 +123,8 @@ MOVEMENT_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatt
                           "UNPACK", "MAX_POOL_2D"})
 #: The last layers (in execution order) tried float together, fewest first.
 TAIL_STEPS = (2, 4, 8)
+#: The first compute layers, with the ops before them, tried float together, fewest first.
+STEM_STEPS = (1, 2)
 #: Op types tried float together (after single layers): the types that gather the most noise.
 TYPE_STEPS = (1, 2, 3)
 
@@ -168,7 +170,7 @@ class Recovery:
         rec = {"recipe": c.recipe.to_dict(c.facts["job"].profile), "passed": c.passed, "steps": self.steps,
                "seconds": round(self.seconds, 1), "budget_s": round(self.budget_s, 1),
                "budget_clock": self.budget_clock, "stopped": self.stopped, "advice": self.advice,
-               "before": acc.format_metrics(b.report["outputs"]), "after": acc.format_metrics(c.report["outputs"]),
+               "before": acc.report_figures(b.report), "after": acc.report_figures(c.report),
                "size_before": b.size(), "size_after": c.size()}
         if c is not b:
             rec["p50_ms_before"], rec["p50_ms_after"] = local_p50_ms(b, feed), local_p50_ms(c, feed)
@@ -239,6 +241,154 @@ def attention_in(graph: Any) -> list[str]:
     return [op.get_friendly_name() for op in graph.get_ordered_ops()
             if op.get_type_name() in ("Softmax", "SoftMax")
             or (op.get_type_name() == "MatMul" and not any(const(i) for i in op.inputs()))]
+
+
+#: Ops a recurrent state passes through unchanged between the graph's state input or output and
+#: the op that updates it (ONNX, OpenVINO and TFLite names).
+STATE_PASSING_OPS = MOVEMENT_OPS | {"Concat", "CONCATENATION", "Cast", "Convert", "Identity", "PACK", "UNPACK"}
+
+
+def state_path(graph: Any, streams: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
+    """The layers a recurrent state is carried through, in a :func:`format_graph`: from each state
+    input through the ops that only move it to the first op that computes with it (an LSTM, a
+    cell's ``f * c``), and back from each state output through the ops that only gather it (a
+    Concat of h and c) to the op that computed it. Kept float, the state is not rounded to int8 at
+    every step (TFLite's int8 LSTM keeps its cell state in 16 bits for the same reason). A
+    convolution or matmul reading the state (a GRU cell's ``h x U``) is not on the path: it
+    quantizes its input as every layer does, and the carried value goes on float beside it.
+
+    Returns:
+        (layer names, the state tensors not found in this graph).
+    """
+    from ..graph import GraphView
+
+    found: list[str] = []
+    missing: list[str] = []
+    if graph is None:
+        return [], [t for pair in streams for t in pair]
+    if isinstance(graph, GraphView):
+        produced = {t for n in graph.nodes for t in n.outputs}
+        read = {t for n in graph.nodes for t in n.inputs}
+
+        def forward(tensor):
+            return graph.consumers(tensor)
+
+        def succ(node):
+            return [t for t in node.outputs]
+
+        def backward(node):
+            return [graph.producer(t) for t in node.inputs if t not in graph.constants and graph.producer(t) is not None]
+
+        def kind(node):
+            return node.native or node.op
+
+        for out, inp in streams:
+            if inp not in read or inp in produced:
+                missing.append(inp)
+            else:
+                frontier = [inp]
+                while frontier:
+                    for node in forward(frontier.pop()):
+                        if node.name not in found and kind(node) not in COMPUTE_OPS and node.op not in COMPUTE_OPS:
+                            found.append(node.name)
+                            if kind(node) in STATE_PASSING_OPS or node.op in STATE_PASSING_OPS:
+                                frontier.extend(succ(node))
+            node = graph.producer(out)
+            if node is None:
+                missing.append(out)
+                continue
+            stack = [node]
+            while stack:
+                node = stack.pop()
+                if node.name in found or kind(node) in COMPUTE_OPS or node.op in COMPUTE_OPS:
+                    continue
+                found.append(node.name)
+                if kind(node) in STATE_PASSING_OPS or node.op in STATE_PASSING_OPS:
+                    stack.extend(backward(node))
+        return found, missing
+    params = {p.get_friendly_name(): p for p in graph.get_parameters()}
+    for p in graph.get_parameters():
+        for n in p.output(0).get_names():
+            params.setdefault(n, p)
+    outputs = {n: o for o in graph.outputs for n in o.get_names()}
+    for out, inp in streams:
+        if inp not in params:
+            missing.append(inp)
+        else:
+            frontier = [params[inp]]
+            while frontier:
+                op = frontier.pop()
+                for port in op.outputs():
+                    for target in port.get_target_inputs():
+                        node = target.get_node()
+                        name = node.get_friendly_name()
+                        if node.get_type_name() in ("Result", "ShapeOf", *COMPUTE_OPS) or name in found:
+                            continue
+                        found.append(name)
+                        if node.get_type_name() in STATE_PASSING_OPS:
+                            frontier.append(node)
+        if out not in outputs:
+            missing.append(out)
+            continue
+        stack = [outputs[out].get_node()]
+        while stack:
+            node = stack.pop()
+            name = node.get_friendly_name()
+            if node.get_type_name() in ("Parameter", "Constant", *COMPUTE_OPS) or name in found:
+                continue
+            if node.get_type_name() == "Result":  # the model's output itself, not a layer
+                stack.extend(port.get_source_output().get_node() for port in node.inputs())
+                continue
+            found.append(name)
+            if node.get_type_name() in STATE_PASSING_OPS:
+                stack.extend(port.get_source_output().get_node() for port in node.inputs())
+    return found, missing
+
+
+def stem_layers(graph: Any, skip_inputs: set[str] = frozenset(), most: int = max(STEM_STEPS)) -> list[LayerError]:
+    """The first ``most`` compute layers (convolutions, matmuls) the model's data inputs reach, in a
+    :func:`format_graph`, in execution order: each as a :class:`LayerError` whose float set holds
+    it and every op from the previous one on that the inputs reach (``layers[:k]`` float: the stem
+    of ``k`` compute layers). Inputs in ``skip_inputs`` (a stream's state) start no stem."""
+    from ..graph import GraphView
+
+    out: list[LayerError] = []
+    pending: list[str] = []
+    if isinstance(graph, GraphView):
+        produced = {t for n in graph.nodes for t in n.outputs}
+        reached = {t for n in graph.nodes for t in n.inputs
+                   if t not in produced and t not in graph.constants and t not in skip_inputs and t}
+        for i, node in enumerate(graph.nodes):
+            if not any(t in reached for t in node.inputs):
+                continue
+            reached.update(node.outputs)
+            pending.append(node.name)
+            if node.native in COMPUTE_OPS or node.op in COMPUTE_OPS:
+                out.append(LayerError(node.name, node.native or node.op, 0.0, 0.0, i, float_set=pending))
+                pending = []
+                if len(out) >= most:
+                    break
+        return out
+    seen: set[str] = set()
+    for p in graph.get_parameters():
+        if p.get_friendly_name() not in skip_inputs and not (set(p.output(0).get_names()) & set(skip_inputs)):
+            seen.add(p.get_friendly_name())
+    for i, op in enumerate(graph.get_ordered_ops()):
+        kind, name = op.get_type_name(), op.get_friendly_name()
+        if kind in ("Parameter", "Constant"):
+            continue
+        if not any(port.get_source_output().get_node().get_friendly_name() in seen for port in op.inputs()):
+            continue
+        seen.add(name)  # a Convert or ShapeOf passes the reach on without being a layer of its own
+        if kind in STRUCTURAL_OPS:
+            continue
+        pending.append(name)
+        if kind in COMPUTE_OPS:
+            out.append(LayerError(name, kind, 0.0, 0.0, i, float_set=pending))
+            pending = []
+            if len(out) >= most:
+                break
+    return out
 
 
 def head_layers(graph: Any) -> list[tuple[str, str, int, bool]]:
@@ -388,6 +538,11 @@ class Loop:
                           tflite_provider=self.ctx.prep.tflite, cache=self.cache)
 
     def make(self, recipe: Recipe) -> Candidate | None:
+        if self.count and self._all_compute_float(recipe):  # not an int8 model: no candidate
+            self.steps.append({"recipe": recipe.name, "seconds": 0.0, "cpu_s": 0.0, "passed": False,
+                               "skipped": "keeps every convolution and matmul float: not an int8 model"})
+            self.ctx.say(f"{self.fmt}: recovery step '{recipe.name}' skipped: it keeps every convolution and matmul float")
+            return None
         folder = self.ctx.scratch / self.fmt / f"candidate-{self.count}"
         self.count += 1
         t0, c0 = time.perf_counter(), cpu_seconds()
@@ -405,6 +560,15 @@ class Loop:
             self.ctx.say(f"{self.fmt}: recovery '{recipe.name}' ({cand.seconds:.1f} s): "
                          + ("passed" if cand.passed else f"score {cand.score:+.3f}") + f"; {cand.step()['figures']}")
         return cand
+
+    def _all_compute_float(self, recipe: Recipe) -> bool:
+        """Whether ``recipe`` keeps every compute op of the format's graph float (Silero VAD's
+        jetson-orin search once published such a "mixed(16)": 0 of 6 convolutions int8)."""
+        try:
+            c = float_compute(self.graph(), recipe)
+        except Exception:  # noqa: BLE001 - when the graph cannot be read, the candidate is made as before
+            return False
+        return bool(c) and c["float"] >= c["total"]
 
     def time_left(self) -> float:
         """What is left of the budget, in the budget's clock."""
@@ -449,9 +613,58 @@ class Loop:
 
     def graph(self) -> Any:
         """:func:`format_graph` of this format, read once per loop."""
+        if "graph_error" in self.cache:  # remembered: reading it again would repeat the failing conversion
+            raise self.cache["graph_error"]
         if "graph" not in self.cache:
-            self.cache["graph"] = format_graph(self.fmt, self.job())
+            try:
+                self.cache["graph"] = format_graph(self.fmt, self.job())
+            except Exception as exc:  # noqa: BLE001 - re-raised, and again on every later call
+                self.cache["graph_error"] = exc
+                raise
         return self.cache["graph"]
+
+
+#: Why a streamed model's state path is float (the manifest's ``recipe.why``).
+STATE_REASON = ("state: carried from step to step, an int8 state is rounded again at every step and its error "
+                "grows with the stream (Silero VAD: decisions agreed with float on 30-60% of a 1200-step stream)")
+
+
+def _state_float(ctx: "BuildContext", loop: "Loop", recipe: Recipe) -> Recipe:
+    """``recipe`` with the streams' state path float (:func:`state_path`), said in the log; as it
+    was on the Edge TPU (a float layer there leaves the TPU: only the CPU tail may be float, and
+    the long stream judges the int8 state) or where the path is not found."""
+    fmt = loop.fmt
+    if fmt == "tflite-int8" and tflite_config(ctx.profile).float_only_in_cpu_tail:
+        ctx.say(f"{fmt}: the state path stays int8 (on this target a float layer leaves the accelerator)")
+        return recipe
+    try:
+        streams = ctx.prep.calib.streams
+        graph = loop.graph()
+        if fmt == "tflite-int8":  # onnx2tf renames outputs (stateN -> Identity_1): the float form says how,
+            from ..tflite_int8 import float_form  # else they keep the source's order, as the runtime maps them
+
+            renamed = dict(float_form(loop.job()).tensor_names)
+            source = [o.name for o in ctx.source.outputs]
+            if len(source) == len(graph.outputs):
+                for name, tensor in zip(source, graph.outputs):
+                    renamed.setdefault(name, tensor)
+            streams = [(renamed.get(o, o), renamed.get(i, i)) for o, i in streams]
+        names, missing = state_path(graph, streams)
+    except Exception as exc:  # noqa: BLE001 - the state path is a default, never a conversion failure
+        ctx.say(f"{fmt}: the state path was not located ({exc}); it is quantized like the rest")
+        return recipe
+    if missing:
+        ctx.say(f"{fmt}: state tensor(s) {', '.join(missing)} not found in this format's graph; "
+                "what reads or writes them is quantized like the rest")
+    names = [n for n in names if n not in recipe.float_nodes]
+    if not names:
+        return recipe
+    ctx.say(f"{fmt}: the state path stays float ({len(names)} layer(s): {', '.join(names[:4])}"
+            + (f" +{len(names) - 4} more" if len(names) > 4 else "") + ")")
+    why = dict(recipe.why)
+    why.update({n: STATE_REASON for n in names})
+    return Recipe(calibration=recipe.calibration, float_nodes=tuple(dict.fromkeys([*recipe.float_nodes, *names])),
+                  float_ops=recipe.float_ops, options=recipe.options, name=recipe.name, why=tuple(why.items()))
 
 
 def convert_format(ctx: "BuildContext", fmt: str, cfg: RecoveryConfig) -> Recovery:
@@ -467,6 +680,8 @@ def convert_format(ctx: "BuildContext", fmt: str, cfg: RecoveryConfig) -> Recove
         recipe = user_recipe(cfg, _graph_names(loop.graph()))
         if not recipe.float_nodes and not recipe.float_ops:
             ctx.say(f"{fmt}: --float-nodes {', '.join(cfg.float_patterns)} matched no layer or op type of this format")
+    if ctx.prep.calib.streams:
+        recipe = _state_float(ctx, loop, recipe)
     base = loop.make(recipe)
     assert base is not None  # the first candidate raises instead
     rec = Recovery(fmt, base, base)
@@ -515,7 +730,7 @@ def convert_format(ctx: "BuildContext", fmt: str, cfg: RecoveryConfig) -> Recove
                                 float_ops=base.recipe.float_ops, name=alt.name, why=base.recipe.why))
         if cand is not None:
             calibrations.append(cand)
-        if cand is not None and cand.score > best.score:
+        if cand is not None and cand.rank > best.rank:
             best = cand
         if cand is not None and cand.passed:
             break
@@ -679,7 +894,7 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery,
         cand = placement = _compute_only(ctx, loop, best)
         if cand is not None and cand.passed:
             return cand
-        if cand is not None and cand.score > best.score:
+        if cand is not None and cand.rank > best.rank:
             best = cand
     if not loop.fits():  # the ranking runs both models with every tensor exposed: about a candidate's time
         rec.stopped = "time budget"
@@ -757,7 +972,7 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery,
                                     why=tuple(why.items())))
             if cand is not None and cand.passed:
                 return cand
-            if cand is not None and cand.score > best.score:
+            if cand is not None and cand.rank > best.rank:
                 best = cand
     # The head: the last layers before the outputs decide argmaxes and thresholds (a classifier's
     # logits over thousands of classes, a detector's score concat) even where their noise is small.
@@ -796,6 +1011,20 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery,
         ctx.say(f"{fmt}: head not located ({exc})")
     order = sorted(ranking[:GAIN_TOP], key=lambda e: -(e.gain or 0)) + ranking[GAIN_TOP:]
     searches = [(tail, chain, TAIL_STEPS, "float head({})", head_reason), (order, [], MIXED_STEPS, "mixed({})", None)]
+    if not cpu_tail_only:
+        # The stem: the ops between the input and its first convolutions, float with them (an
+        # in-graph audio front end's power spectrum spans orders of magnitude that one int8 scale
+        # cannot hold: Silero VAD passed with its STFT magnitude and first convolution float, and
+        # no ranked set up to every convolution float did). On the calibration the layer search
+        # started from, not on the failed head (keeping both left 1 of 6 convolutions int8).
+        try:
+            stem = stem_layers(loop.graph(), {i for _, i in ctx.prep.calib.streams})
+        except Exception as exc:  # noqa: BLE001 - a search step, never a conversion failure
+            ctx.say(f"{fmt}: stem not located ({exc})")
+            stem = []
+        if stem:
+            searches.insert(1, (stem, [], STEM_STEPS, "float stem({})", "stem: between the input and its first convolutions"))
+    start = best
     if cpu_tail_only:
         # On the Edge TPU a set of sensitive layers is a candidate only as the CPU tail that starts
         # at the earliest of them: every layer after a float one leaves the TPU anyway. So the cuts
@@ -807,9 +1036,10 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery,
     # and reaches the op types below within its budget.
     for layers, extra, counts, label, reason in searches:
         counts = [k for k in counts if k <= len(layers)]
+        base = start if label.startswith("float stem") else None
         passing, tried, finished = _fewest(
-            loop, counts, lambda k, layers=layers, extra=extra, label=label, reason=reason:
-                with_float(layers[:k] + extra, label.format(k), reason))
+            loop, counts, lambda k, layers=layers, extra=extra, label=label, reason=reason, base=base:
+                with_float(layers[:k] + extra, label.format(k), reason, base=base))
         # A search that fails on the best candidate so far is tried again on other bases, each
         # labelled with its recipe (what it adds to that base's):
         # - the head on each other calibration tried: which of several candidates that all failed
@@ -822,6 +1052,9 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery,
         if layers is tail and head_reason and not cpu_tail_only:
             others = [c for c in calibrations or [] if c.recipe.method(ctx.profile) != best.recipe.method(ctx.profile)
                       or c.recipe.options != best.recipe.options]
+        elif base is not None:  # the stem, on each other calibration too: its ranges are what the stem's float ops read
+            others = [c for c in calibrations or [] if c.recipe.method(ctx.profile) != base.recipe.method(ctx.profile)
+                      or c.recipe.options != base.recipe.options]
         elif layers is order and placement is not None and placement is not best \
                 and placement.recipe.float_ops != best.recipe.float_ops:
             others = [placement]
@@ -832,7 +1065,7 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery,
                 loop, counts, lambda k, other=other, layers=layers, extra=extra, label=label, reason=reason:
                     with_float(layers[:k] + extra, f"{other.recipe.name}, {label.format(k)}", reason, base=other))
             tried += more
-        best = max([best, *tried], key=lambda c: c.score)
+        best = max([best, *tried], key=lambda c: c.rank)
         if passing is not None:
             if not finished:
                 rec.stopped = "time budget: a passing candidate was found, fewer float layers were not searched"
@@ -873,14 +1106,14 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery,
                                  {t: f"sensitivity: {t} layers gather {totals[t]:.2f} of int8 noise" for t in chosen})
         if cand is not None and cand.passed:
             return cand
-        if cand is not None and cand.score > best.score:
+        if cand is not None and cand.rank > best.rank:
             best = cand
     if not _tensorrt(ctx, fmt) and fmt in EDITED_FORMATS:  # the op-type steps' limit: all but the compute float
         if not loop.fits():
             rec.stopped = "time budget"
             return best
         cand = _compute_only(ctx, loop, best)
-        if cand is not None and (cand.passed or cand.score > best.score):
+        if cand is not None and (cand.passed or cand.rank > best.rank):
             best = cand
     return best
 

@@ -56,6 +56,23 @@ class Candidate:
     def score(self) -> float:
         return float(self.report.get("score", 0.0))
 
+    @property
+    def collapsed(self) -> bool:
+        """Whether int8 collapsed an output or a group of one (a few values left where float has
+        many): its ranges, not its layers, are what failed."""
+        outputs = [*self.report.get("outputs", {}).values(),
+                   *self.report.get("long_stream", {}).get("outputs", {}).values()]
+        return any(part.get("collapsed") for m in outputs for part in [m, *m.get("groups", {}).values()])
+
+    @property
+    def rank(self) -> tuple[bool, float]:
+        """What the search keeps as its best so far: a candidate with no collapsed output before one
+        with, then by score. A collapse scores only -1 while an unbounded error scores far lower:
+        Silero VAD's median ranges collapsed its probability to two values and still outscored
+        min/max (its long-stream state error dominating both), and the layer search built on those
+        ranges found nothing below every convolution float."""
+        return (not self.collapsed, self.score)
+
     def files(self) -> list[str]:
         return [self.result.model_file] + [rel for rel, _ in self.result.extra_files]
 
@@ -68,7 +85,7 @@ class Candidate:
         return {"recipe": self.recipe.name, "calibration": self.recipe.method(self.facts["job"].profile),
                 "float_nodes": list(self.recipe.float_nodes),
                 "seconds": round(self.seconds, 2), "passed": self.passed, "score": round(self.score, 4),
-                "figures": acc.format_metrics(self.report["outputs"]),
+                "figures": acc.report_figures(self.report),
                 **{f"gate_{k}": round(v, 2) for k, v in gate.items()},
                 **({"edited": True} if self.edited else {})}
 
@@ -111,14 +128,16 @@ def make_candidate(ctx: "BuildContext", fmt: str, recipe: Recipe, folder: Path, 
     g0, gc0 = time.perf_counter(), cpu_seconds()
     try:
         report = acc.evaluate(folder, step, cs.holdout, ctx.prep.reference, ctx.profile.accuracy, ctx.prep.kinds,
-                              ctx.task, (cs.streams, cs.holdout_lengths) if cs.streams else None)
+                              ctx.task, (cs.streams, cs.holdout_lengths) if cs.streams else None,
+                              cs.long_stream, cs.long_stream_note)
     except ConversionError:
         raise
     except EdgeSDKError as exc:  # the artifact does not load or run in the gate's runtime: this format failed
         raise ConversionError(f"the {fmt} artifact does not run in {step.backend} ({step.accelerator}) here: {exc.message}",
                               "The int8 graph needs something this runtime cannot do here (an op kernel, a type); "
                               "the other formats and profiles were still converted.") from None
-    report["score"] = gate_score(report["outputs"]) if "task" not in report or report["task"]["passed"] else -1.0
+    judged = {**report["outputs"], **{f"long stream: {k}": v for k, v in report.get("long_stream", {}).get("outputs", {}).items()}}
+    report["score"] = gate_score(judged) if "task" not in report or report["task"]["passed"] else -1.0
     gate = {"seconds": time.perf_counter() - g0, "cpu_s": cpu_seconds() - gc0}  # what judging it took
     return Candidate(fmt, recipe, folder, result, report, time.perf_counter() - t0, {"step": step, "job": job, "gate": gate})
 
