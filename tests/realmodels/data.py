@@ -242,6 +242,32 @@ def speechlike_audio(seconds: float, sr: int = 16000, seed: int = 0) -> np.ndarr
     return np.clip(out, -32768, 32767).astype(np.float32)
 
 
+def vad_audio(seconds: float, seed: int = 0, sr: int = 16000) -> np.ndarray:
+    """Speech-like talk spurts (:func:`speechlike_audio`, 0.4-2 s) between stretches of room noise
+    (0.3-1.5 s), at a random level per spurt, in [-1, 1]: what a voice-activity detector hears."""
+    rng = np.random.default_rng(seed)
+    total = int(seconds * sr)
+    out = rng.normal(0, 10 ** rng.uniform(-3.5, -2.5), total)
+    pos = int(rng.uniform(0.0, 0.8) * sr)
+    while pos < total:
+        talk = speechlike_audio(rng.uniform(0.4, 2.0), sr, seed=int(rng.integers(1 << 30))) / 32768.0
+        talk *= 10 ** rng.uniform(-0.6, 0.3)
+        end = min(total, pos + talk.size)
+        out[pos:end] += talk[: end - pos]
+        pos = end + int(rng.uniform(0.3, 1.5) * sr)
+    return np.clip(out, -1, 1).astype(np.float32)
+
+
+def vad_sequences(n: int, seed: int = 0, steps: int = 60, chunk: int = 512, context: int = 64) -> np.ndarray:
+    """``[n, steps, context + chunk]``: Silero VAD's streaming input, each step 512 new samples at
+    16 kHz after the 64 the step before ended with; one recording per sequence (about 2 s)."""
+    out = []
+    for i in range(n):
+        audio = vad_audio((steps * chunk + context) / 16000 + 0.01, seed=seed * 1000 + i)
+        out.append(np.stack([audio[k * chunk: k * chunk + context + chunk] for k in range(steps)]))
+    return np.stack(out).astype(np.float32)
+
+
 def log_mel(audio: np.ndarray) -> np.ndarray:
     """``[T, 32]`` melspectrogram frames of ``audio`` by openWakeWord's own ``melspectrogram.onnx``
     (ONNX Runtime, float) and its transform ``x / 10 + 2``, as ``openwakeword.utils.AudioFeatures``."""

@@ -42,6 +42,11 @@ class Case:
     n_val: int = 40
     convert_args: dict[str, Any] = field(default_factory=dict)
     make_val: Callable[[], np.ndarray] | None = None  # the held-back set, when it must be chosen
+    # A streamed model (--stream OUT:IN): samples are sequences, and the task check runs one long
+    # unseen stream of ``stream_steps`` steps from ``make_stream`` through float and artifact alike,
+    # each carrying its own state from zeros.
+    stream: str | None = None
+    make_stream: Callable[[], np.ndarray] | None = None
 
 
 CASES = [
@@ -146,7 +151,9 @@ def _float_runner(model: Path):
     return run
 
 
-def _artifact_outputs(folder: Path, fmt: str, feeds: list[dict], unpublished: bool) -> list[dict]:
+def _artifact_outputs(folder: Path, fmt: str, feeds: list[dict], unpublished: bool, stream: str | None = None) -> list[dict]:
+    """The artifact's outputs on ``feeds``; with ``stream`` (``OUT:IN``) one stream through
+    ``Model.stream()``, its state carried from the first feed's."""
     import edge_sdk
     from edge_sdk.converters.accuracy import gate_step
     from edge_sdk.manifest import read_manifest
@@ -156,6 +163,11 @@ def _artifact_outputs(folder: Path, fmt: str, feeds: list[dict], unpublished: bo
     step = gate_step(manifest_profile(m, str(folder)), fmt)
     with edge_sdk.load(folder, backend=step.backend, device=step.accelerator, allow_unpublished=unpublished,
                        accept_failed_gate=True) as model:
+        if stream:
+            state = stream.split(":")[1]
+            st = model.stream(initial={state: feeds[0][state]})
+            return [{k: np.asarray(v) for k, v in st.step({k: v for k, v in f.items() if k != state}).items()}
+                    for f in feeds]
         return [{k: np.asarray(v) for k, v in model.infer(f).outputs.items()} for f in feeds]
 
 
@@ -177,7 +189,7 @@ def run_case(case: Case, root: Path, profiles: list[str] | None = None, **extra)
     try:
         summary = edge_sdk.convert(model, profiles or case.profiles, work / "out", calib=work / "calib.npz",
                                    validation=work / "val.npz", force=True, progress=None,
-                                   **{**case.convert_args, **extra})
+                                   **({"stream": case.stream} if case.stream else {}), **{**case.convert_args, **extra})
     except ConversionError as exc:
         summary = getattr(exc, "summary", None)
         if summary is None:
@@ -185,10 +197,20 @@ def run_case(case: Case, root: Path, profiles: list[str] | None = None, **extra)
     seconds = time.perf_counter() - t0
     from edge_sdk.converters.sources import read_source
 
-    real_name = read_source(model).inputs[0].name  # the tensor's own name (serving_default_x:0 for TF exports)
-    feeds = [{real_name: val[i:i + 1]} for i in range(len(val))]
+    source = read_source(model)
+    real_name = source.inputs[0].name  # the tensor's own name (serving_default_x:0 for TF exports)
     run = _float_runner(model)
-    ref = [run(f) for f in feeds]
+    if case.stream:
+        from edge_sdk.converters.calibration import run_sequence
+
+        out_name, state_name = case.stream.split(":")
+        spec = next(i for i in source.inputs if i.name == state_name)
+        zeros = np.zeros([d if d > 0 else 1 for d in spec.shape], np.float32)
+        feeds = [{real_name: x[None], state_name: zeros} for x in case.make_stream()]
+        ref = [o for _, o in run_sequence(run, feeds, [(out_name, state_name)])]
+    else:
+        feeds = [{real_name: val[i:i + 1]} for i in range(len(val))]
+        ref = [run(f) for f in feeds]
     task = case.task()
     rows = []
     for p in summary.profiles:
@@ -199,7 +221,8 @@ def run_case(case: Case, root: Path, profiles: list[str] | None = None, **extra)
                 folder = Path(p.folder) if o.status in ("published", "kept") else Path(p.rejected)
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    outs = _artifact_outputs(folder, o.format, feeds, unpublished=o.status == "gate_failed")
+                    outs = _artifact_outputs(folder, o.format, feeds, unpublished=o.status == "gate_failed",
+                                             stream=case.stream)
                 names = list(ref[0])
                 outs = [dict(zip(names, x.values())) if set(x) != set(names) else x for x in outs]
                 verdict = task(ref, outs)

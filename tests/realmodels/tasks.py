@@ -412,6 +412,23 @@ def mask_task(ref_outs: list[dict], test_outs: list[dict], min_iou: float = 0.85
                       min(_margin(iou, min_iou), _margin(worst, min_frame_iou), _margin(diff, max_diff, higher=False)))
 
 
+def vad_task(ref_outs: list[dict], test_outs: list[dict]) -> TaskResult:
+    """Voice activity over one long unseen stream, each side carrying its own state: the speech /
+    no-speech decision at 0.5 agrees on >= 95% of the steps float decides (its probability at
+    least 0.05 from 0.5), and the probability moves by at most 0.05 on average."""
+    key = next(iter(ref_outs[0]))
+    ref = np.array([float(np.asarray(o[key]).ravel()[0]) for o in ref_outs])
+    test = np.array([float(np.asarray(o[key]).ravel()[0]) for o in test_outs])
+    decided = np.abs(ref - 0.5) >= 0.05
+    agree = float(np.mean((ref[decided] >= 0.5) == (test[decided] >= 0.5))) if decided.any() else 1.0
+    err = float(np.mean(np.abs(ref - test)))
+    return TaskResult(err <= 0.05 and agree >= 0.95,
+                      f"over {len(ref)} steps: speech decisions agree {agree:.1%} (float says speech on "
+                      f"{np.mean(ref >= 0.5):.0%}), probability error {err:.4f}",
+                      {"agreement": agree, "score_error": err, "steps": len(ref)},
+                      min(_margin(err, 0.05, higher=False), _margin(agree, 0.95)))
+
+
 def wake_task(ref_outs: list[dict], test_outs: list[dict]) -> TaskResult:
     """A wake-word score: decisions at 0.5 agree (>= 95%) and the score moves by at most 0.05 on average."""
     key = next(iter(ref_outs[0]))

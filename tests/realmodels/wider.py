@@ -5,7 +5,8 @@ The practice set is what the issues name; these are models of the same kinds tha
 and that recovery was not tuned on: BlazeFace short and full range (sparse weights) and its back-camera model, BlazePose's
 detector, BlazePalm full, MediaPipe's selfie segmentation (a custom op), PP-OCR's text-direction
 classifier, ddddocr's YOLOX, NudeNet's YOLOv8n, fer's Keras (HDF5) expression classifier and openWakeWord's two-stage
-``hey_jarvis`` classifier (an ``If`` over a verifier head), as ONNX and as float TFLite.
+``hey_jarvis`` classifier (an ``If`` over a verifier head), as ONNX and as float TFLite, and Silero
+VAD (streaming: an LSTM state fed back at every step).
 
 ``python tests/realmodels/wider.py --write-docs`` regenerates ``docs/accuracy-wider.md``;
 ``tests/realmodels/test_wider.py`` runs the same conversions once per test session.
@@ -90,6 +91,14 @@ CASES = [
            "audio (no wake word: the verifier branch is never taken)"),
     M.Case("hey_jarvis_tflite", "hey_jarvis_v0.1.tflite", "serving_default_x.1:0", D.wake_features,
            lambda: T.wake_task, "the same classifier as its float TFLite (an IF op)"),
+    M.Case("silero_vad", "silero_vad_openvino_16k.onnx", "input", lambda n, s: D.vad_sequences(n, s),
+           lambda: T.vad_task,
+           "Silero VAD (silero-vad's OpenVINO export): streaming voice activity, 576 samples per 32 ms step, an "
+           "in-graph STFT front end and an LSTM whose state comes back at every step (--stream stateN:state); 2 s "
+           "recordings of speech-like talk spurts between stretches of room noise, and the task check over one "
+           "unseen 77 s stream, each side carrying its own state",
+           n_calib=24, n_val=8, stream="stateN:state",
+           make_stream=lambda: D.vad_sequences(1, seed=3, steps=2400)[0]),
 ]
 
 TITLE = "Accuracy beyond the practice set: the wheels' other detectors and classifiers"
