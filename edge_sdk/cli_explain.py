@@ -46,11 +46,16 @@ def _print(data: dict, top: int) -> None:
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:d0,d1,...", help="Fix dynamic dims.")
 @click.option("--preprocess", default=None, help="Image preprocessing (as for convert).")
 @click.option("--output", "outputs", multiple=True, metavar="NAME:KIND[:OPTS]", help="What an output means (as for convert).")
+@click.option("--stream", "streams", multiple=True, metavar="OUT:IN",
+              help="Recurrent state fed back from step to step (as for convert); the data are then sequences.")
+@click.option("--calib-method", type=click.Choice(["minmax", "percentile", "entropy"]), default=None,
+              help="Activation range method to rank the layers on (as for convert).")
 @click.option("--out", default=None, type=click.Path(file_okay=False),
               help="Where a model file's candidates and reports go (required for a model file).")
 @click.option("--top", type=click.IntRange(min=1), default=15, show_default=True, help="Layers to print.")
 @click.option("--json", "as_json", is_flag=True, help="Print the reports as JSON.")
-def explain(target, profiles, calib, validation, input_shapes, preprocess, outputs, out, top, as_json):
+def explain(target, profiles, calib, validation, input_shapes, preprocess, outputs, streams, calib_method, out, top,
+            as_json):
     """Rank the layers int8 hurts most in TARGET (an artifact folder or a model file)."""
     path = Path(target)
     if path.is_dir() and not (path / "saved_model.pb").exists():
@@ -69,7 +74,7 @@ def explain(target, profiles, calib, validation, input_shapes, preprocess, outpu
         try:
             run_convert(target, list(profiles), out, calib=calib, validation=validation, input_shapes=list(input_shapes),
                         preprocess=preprocess, outputs=list(outputs), recover="explain", allow_accuracy_drop=True,
-                        force=True)
+                        force=True, stream=list(streams) or None, calib_method=calib_method)
         except ConversionError as exc:
             if getattr(exc, "summary", None) is None:
                 raise

@@ -243,3 +243,45 @@ def test_the_stem_is_the_first_convolutions_with_the_ops_before_them(tmp_path):
     assert "rnn/Split" not in stem[1].float_set  # the state input starts no stem
     ov_stem = stem_layers(ov.Core().read_model(str(path)), {"state"})
     assert [e.op for e in ov_stem][:1] == ["Convolution"] and "front/Unsqueeze" in ov_stem[0].float_set
+
+
+def test_explain_ranks_a_streamed_models_layers_from_the_cli(tmp_path, cli):
+    """``edge-sdk explain MODEL --stream OUT:IN``: the data are sequences, the state carried; the
+    ranking is of the layers left int8 (the state path is float in the baseline)."""
+    import json
+
+    path = _lstm_vad(tmp_path / "vad.onnx")
+    rng = np.random.default_rng(5)
+    np.savez(tmp_path / "seq.npz", input=rng.normal(size=(10, 30, 64)).astype(np.float32))
+    proc = cli("explain", str(path), "--profile", "jetson-orin", "--calib", str(tmp_path / "seq.npz"),
+               "--stream", "stateN:state", "--calib-method", "percentile", "--out", str(tmp_path / "x"), "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (report,) = json.loads(proc.stdout)
+    assert report["profile"] == "jetson-orin" and report["format"] == "onnx-qdq"
+    assert {"rnn/Split", "rnn/Concat"} <= set(report["float_nodes"])
+    assert not {"rnn/Split", "rnn/Concat"} & {e["name"] for e in report["layers"]}
+    bad = cli("explain", str(path), "--profile", "jetson-orin", "--calib", str(tmp_path / "seq.npz"),
+              "--stream", "stateN", "--out", str(tmp_path / "y"))
+    assert bad.returncode != 0 and "is not OUTPUT:INPUT" in bad.stderr and "Traceback" not in bad.stderr
+    assert not (tmp_path / "y").exists()
+
+
+def test_recovery_never_makes_a_candidate_with_every_convolution_float(tmp_path):
+    """Silero VAD's jetson-orin search once published "mixed(16)": 0 of 6 convolutions int8. Such a
+    recipe is skipped before converting, and said; the baseline a user asks for is still made."""
+    from types import SimpleNamespace
+
+    from edge_sdk.converters.base import Recipe
+    from edge_sdk.converters.graph import from_onnx_file
+    from edge_sdk.converters.recovery import Loop
+
+    said: list[str] = []
+    loop = Loop.__new__(Loop)
+    loop.fmt, loop.count, loop.steps = "onnx-qdq", 1, []
+    loop.cache = {"graph": from_onnx_file(_lstm_vad(tmp_path / "vad.onnx"))}
+    loop.ctx = SimpleNamespace(say=said.append)
+    assert loop.make(Recipe(float_nodes=("front/Conv", "head/MatMul", "rnn/Split"), name="mixed(3)")) is None
+    assert loop.steps[-1]["skipped"].endswith("not an int8 model") and "skipped" in said[-1]
+    assert loop.count == 1  # nothing was converted
+    assert not loop._all_compute_float(Recipe(float_nodes=("front/Conv",)))
+    assert loop._all_compute_float(Recipe(float_ops=("Conv", "MatMul")))

@@ -783,6 +783,8 @@ def advice(ctx: "BuildContext", loop: Loop, rec: Recovery) -> str:
     except Exception:  # noqa: BLE001 - a figure for the advice only
         total = 0
     of = f" (the model has {total} convolutions/matmuls)" if total else ""
+    if any("not an int8 model" in s.get("skipped", "") for s in loop.steps):
+        of += ", and larger sets would have kept every convolution and matmul float"
     return (f"no calibration alternative and no set of up to {most} layer(s) kept float{of} passes: the int8 loss is "
             "spread through the network rather than in a few layers, which post-training int8 (one scale per "
             "activation tensor) cannot hold; quantization-aware training, or running this model in float on this "
