@@ -50,6 +50,9 @@ RANDOM_STEPS = 4
 SPLIT_SEED = 0
 #: Steps of the gate's long stream (the held-back sequences chained, state never reset), at least.
 LONG_STREAM_STEPS = 1000
+#: ...unless its float outputs would take more memory than this (the gate keeps them and the
+#: artifact's): a video model's per-frame maps. One pass over the held-back sequences always runs.
+LONG_STREAM_BYTES = 512 << 20
 
 Sequence = list[Feed]
 
@@ -131,14 +134,17 @@ class CalibrationSet:
         self.calib = [f for seq in self.calib_sequences for f, _ in run_sequence(run, seq, self.streams)]
         steps = [fo for seq in self.holdout_sequences for fo in run_sequence(run, seq, self.streams)]
         self.holdout = [f for f, _ in steps]
-        self.long_stream, self.long_stream_note = self._long_stream(run)
+        per_step = sum(np.asarray(v).nbytes for v in steps[0][1].values()) if steps else 0
+        self.long_stream, self.long_stream_note = self._long_stream(run, per_step)
         return [o for _, o in steps]
 
-    def _long_stream(self, run: Callable[[Feed], dict[str, np.ndarray]]) -> tuple[LongStream | None, str]:
+    def _long_stream(self, run: Callable[[Feed], dict[str, np.ndarray]],
+                     step_bytes: int = 0) -> tuple[LongStream | None, str]:
         """The held-back sequences chained and cycled to :data:`LONG_STREAM_STEPS` (and to twice the
-        longest), run through the float model; or None and why. Chained only where every sequence
-        starts from the same state (a reset stream: zeros, a VAD's or a wake word's); sequences whose
-        initial states differ (a decoder's, from an encoder) are separate streams."""
+        longest; fewer where ``step_bytes`` of outputs per step would pass :data:`LONG_STREAM_BYTES`,
+        never less than one pass), run through the float model; or None and why. Chained only where
+        every sequence starts from the same state (a reset stream: zeros, a VAD's or a wake word's);
+        sequences whose initial states differ (a decoder's, from an encoder) are separate streams."""
         seqs = self.holdout_sequences
         if not seqs or not self.streams:
             return None, ""
@@ -148,6 +154,8 @@ class CalibrationSet:
             return None, ("the held-back sequences start from different states, so each is a stream of its own: "
                           "not chained")
         target = max(LONG_STREAM_STEPS, 2 * max(len(s) for s in seqs))
+        if step_bytes:
+            target = min(target, LONG_STREAM_BYTES // step_bytes)
         chain: list[Feed] = []
         passes = 0
         while len(chain) < target:

@@ -285,3 +285,12 @@ def test_recovery_never_makes_a_candidate_with_every_convolution_float(tmp_path)
     assert loop.count == 1  # nothing was converted
     assert not loop._all_compute_float(Recipe(float_nodes=("front/Conv",)))
     assert loop._all_compute_float(Recipe(float_ops=("Conv", "MatMul")))
+
+
+def test_large_outputs_shorten_the_long_stream_to_one_pass(monkeypatch):
+    from edge_sdk.converters import calibration
+
+    monkeypatch.setattr(calibration, "LONG_STREAM_BYTES", 100 * (H * 4 + 4))  # room for 100 steps of outputs
+    cs = _stream_set(3, 40)
+    cs.carry(_leaky)
+    assert len(cs.long_stream.feeds) == 120 and cs.long_stream.passes == 1
