@@ -1024,7 +1024,11 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery,
         except Exception as exc:  # noqa: BLE001 - a search step, never a conversion failure
             ctx.say(f"{fmt}: stem not located ({exc})")
             stem = []
-        if stem:
+        # Only where the ranking puts a stem layer among its most sensitive: elsewhere its candidates
+        # would spend the budget the top layers need (NudeNet's YOLOv8 on jetson-orin passes at
+        # mixed(16), 32 s into its search).
+        in_stem = {n for e in stem for n in e.float_set or [e.name]}
+        if stem and any(e.name in in_stem for e in ranking[:GAIN_TOP]):
             searches.insert(1, (stem, [], STEM_STEPS, "float stem({})", "stem: between the input and its first convolutions"))
     start = best
     if cpu_tail_only:
