@@ -1071,7 +1071,8 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery,
                 loop, counts, lambda k, other=other, layers=layers, extra=extra, label=label, reason=reason:
                     with_float(layers[:k] + extra, f"{other.recipe.name}, {label.format(k)}", reason, base=other))
             tried += more
-        best = max([best, *tried], key=lambda c: c.rank)
+        if base is None:  # a failed stem stays beside the search: the top layers go on from the head's best
+            best = max([best, *tried], key=lambda c: c.rank)  # (on the stem, the code-built detector's mixed(2) was every convolution)
         if passing is not None:
             if not finished:
                 rec.stopped = "time budget: a passing candidate was found, fewer float layers were not searched"
