@@ -1031,6 +1031,7 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery,
         if stem and any(e.name in in_stem for e in ranking[:GAIN_TOP]):
             searches.insert(1, (stem, [], STEM_STEPS, "float stem({})", "stem: between the input and its first convolutions"))
     start = best
+    pre_stem: Candidate | None = None  # the best before a failed stem outranked it
     if cpu_tail_only:
         # On the Edge TPU a set of sensitive layers is a candidate only as the CPU tail that starts
         # at the earliest of them: every layer after a float one leaves the TPU anyway. So the cuts
@@ -1064,6 +1065,10 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery,
         elif layers is order and placement is not None and placement is not best \
                 and placement.recipe.float_ops != best.recipe.float_ops:
             others = [placement]
+        if layers is order and pre_stem is not None and not tried:
+            # Every count on the stem kept every convolution float (a code-built detector: mixed(2)
+            # on its stem(2) was all four): the top layers on the best before the stem instead.
+            others = [pre_stem, *others]
         for other in others if counts else []:
             if passing is not None or not loop.fits():
                 break
@@ -1071,8 +1076,10 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery,
                 loop, counts, lambda k, other=other, layers=layers, extra=extra, label=label, reason=reason:
                     with_float(layers[:k] + extra, f"{other.recipe.name}, {label.format(k)}", reason, base=other))
             tried += more
-        if base is None:  # a failed stem stays beside the search: the top layers go on from the head's best
-            best = max([best, *tried], key=lambda c: c.rank)  # (on the stem, the code-built detector's mixed(2) was every convolution)
+        outranked = max([best, *tried], key=lambda c: c.rank)
+        if base is not None and outranked is not best:  # a failed stem the top layers build on (Silero VAD's arm-cpu ONNX)
+            pre_stem = best
+        best = outranked
         if passing is not None:
             if not finished:
                 rec.stopped = "time budget: a passing candidate was found, fewer float layers were not searched"
