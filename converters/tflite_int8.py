@@ -317,12 +317,21 @@ def _dtype_name(np_dtype) -> str:
     return np.dtype(np_dtype).name
 
 
-def _io_specs(model: bytes, sources: list[TensorSpec], converted: Converted, kind: str) -> list[TensorSpec]:
-    """The artifact's tensor specs, read from the interpreter, named after the source tensors.
+def source_names(converted: Converted, sources: list[str], names: list[str]) -> dict[str, str]:
+    """Source tensor -> TFLite tensor, for the TFLite tensors ``names`` (its inputs or outputs in
+    order): by the (sanitised) name the route gave them, else by position, since the routes keep
+    the source order (onnx2tf names outputs ``Identity``, ``Identity_1``...)."""
+    known = set(names)
+    out = {}
+    for i, src in enumerate(sources):
+        name = converted.tensor_names.get(src, src)
+        out[src] = name if name in known or i >= len(names) else names[i]
+    return out
 
-    TFLite tensors are matched to source tensors by the (sanitised) name the route gave them,
-    else by position: the routes keep the source order.
-    """
+
+def _io_specs(model: bytes, sources: list[TensorSpec], converted: Converted, kind: str) -> list[TensorSpec]:
+    """The artifact's tensor specs, read from the interpreter, named after the source tensors
+    (matched by :func:`source_names`)."""
     from edge_sdk._deps import require
 
     interp_mod = require("ai_edge_litert.interpreter", "reading the TFLite model")
@@ -334,9 +343,10 @@ def _io_specs(model: bytes, sources: list[TensorSpec], converted: Converted, kin
             "This is a converter bug for this model; try the onnx-qdq format meanwhile.",
         )
     by_name = {d["name"]: d for d in details}
+    names = source_names(converted, [src.name for src in sources], [d["name"] for d in details])
     specs = []
-    for i, src in enumerate(sources):
-        d = by_name.get(converted.tensor_names.get(src.name, src.name), details[i])
+    for src in sources:
+        d = by_name[names[src.name]]
         scale, zero = d["quantization"]
         dtype = _dtype_name(d["dtype"])
         quant = Quantization(scale=float(scale), zero_point=int(zero), dtype=dtype) if scale else None

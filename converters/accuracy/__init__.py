@@ -9,7 +9,7 @@ an optional user task metric (``--metric``) adds its own figures and verdict.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from ..base import Feed
 from .kinds import infer_kinds, kinds_table
 from .metrics import evaluate_output, one_line
 from .reference import REFERENCES, FloatReference, carried_float_outputs, float_outputs
+
+if TYPE_CHECKING:
+    from ..calibration import LongStream
 
 def gate_step(profile: Profile, fmt: str) -> RuntimeStep:
     """The CPU-capable step of ``fmt`` in the profile's chain (the gate runs here, on a workstation).
@@ -143,7 +146,7 @@ def evaluate(folder: Path, step: RuntimeStep, holdout: list[Feed], reference: li
              spec: AccuracySpec, kinds: dict[str, OutputKind] | None = None,
              task_metric: Callable | None = None,
              sequences: tuple[list[tuple[str, str]], list[int]] | None = None,
-             long_stream: Any = None, long_stream_note: str = "") -> dict[str, Any]:
+             long_stream: "LongStream | None" = None, long_stream_note: str = "") -> dict[str, Any]:
     """Run the artifact in ``folder``, compare with the float reference, judge against ``spec``.
 
     With ``sequences`` (a streamed model, see :func:`artifact_outputs`) the artifact carries its
@@ -197,6 +200,13 @@ def format_metrics(outputs: dict[str, dict[str, Any]]) -> str:
     return "; ".join(one_line(name, m) for name, m in outputs.items())
 
 
+def judged_outputs(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every output verdict of a gate report: the held-back samples' and, where it ran, the long
+    stream's (keyed ``long stream: NAME``)."""
+    long_outputs = report.get("long_stream", {}).get("outputs", {})
+    return {**report["outputs"], **{f"long stream: {k}": v for k, v in long_outputs.items()}}
+
+
 def report_figures(report: dict[str, Any]) -> str:
     """:func:`format_metrics` of a gate report, with its long stream's figures where it ran one."""
     text = format_metrics(report["outputs"])
@@ -207,4 +217,4 @@ def report_figures(report: dict[str, Any]) -> str:
 
 
 __all__ = ["FloatReference", "REFERENCES", "artifact_outputs", "compare", "evaluate",
-           "carried_float_outputs", "float_outputs", "format_metrics", "report_figures", "gate_step", "infer_kinds", "kinds_table", "match_outputs", "thresholds"]
+           "carried_float_outputs", "float_outputs", "format_metrics", "judged_outputs", "report_figures", "gate_step", "infer_kinds", "kinds_table", "match_outputs", "thresholds"]

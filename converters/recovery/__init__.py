@@ -248,6 +248,70 @@ def attention_in(graph: Any) -> list[str]:
 STATE_PASSING_OPS = MOVEMENT_OPS | {"Concat", "CONCATENATION", "Cast", "Convert", "Identity", "PACK", "UNPACK"}
 
 
+class _Walk:
+    """What the state path asks of a :func:`format_graph`, a GraphView (ONNX, TFLite) and an
+    OpenVINO model alike: the ops reading a graph input, the op writing a graph output, each op's
+    readers and sources, its name and op types, and whether it is a layer at all."""
+
+    def __init__(self, graph: Any):
+        from ..graph import GraphView
+
+        self.graph, self.view = graph, isinstance(graph, GraphView)
+        if self.view:
+            produced = {t for n in graph.nodes for t in n.outputs}
+            self.inputs = {t for n in graph.nodes for t in n.inputs} - produced - graph.constants - {""}
+        else:
+            self.params = {}
+            for p in graph.get_parameters():
+                for n in [p.get_friendly_name(), *p.output(0).get_names()]:
+                    self.params.setdefault(n, p)
+            self.results = {n: o.get_node() for o in graph.outputs for n in o.get_names()}
+
+    def ordered(self) -> list:
+        return list(self.graph.nodes) if self.view else list(self.graph.get_ordered_ops())
+
+    def inputs_read(self, node) -> list[set[str]]:
+        """The names of each graph input ``node`` reads directly."""
+        if self.view:
+            return [{t} for t in node.inputs if t in self.inputs]
+        return [{p.get_friendly_name(), *p.output(0).get_names()} for p in self.sources(node)
+                if p.get_type_name() == "Parameter"]
+
+    def input_readers(self, name: str) -> list | None:
+        if self.view:
+            return self.graph.consumers(name) if name in self.inputs else None
+        return self.readers(self.params[name]) if name in self.params else None
+
+    def output_writer(self, name: str):
+        if self.view:
+            return self.graph.producer(name)
+        result = self.results.get(name)
+        return self.sources(result)[0] if result is not None else None
+
+    def readers(self, node) -> list:
+        if self.view:
+            return [r for t in node.outputs for r in self.graph.consumers(t)]
+        return [t.get_node() for port in node.outputs() for t in port.get_target_inputs()]
+
+    def sources(self, node) -> list:
+        if self.view:
+            return [self.graph.producer(t) for t in node.inputs
+                    if t not in self.graph.constants and self.graph.producer(t) is not None]
+        return [port.get_source_output().get_node() for port in node.inputs()]
+
+    def name(self, node) -> str:
+        return node.name if self.view else node.get_friendly_name()
+
+    def native(self, node) -> str:
+        return (node.native or node.op) if self.view else node.get_type_name()
+
+    def types(self, node) -> set[str]:
+        return {node.op, node.native} if self.view else {node.get_type_name()}
+
+    def layer(self, node) -> bool:
+        return self.view or node.get_type_name() not in ("Parameter", "Constant", "Result", "ShapeOf")
+
+
 def state_path(graph: Any, streams: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
     """The layers a recurrent state is carried through, in a :func:`format_graph`: from each state
     input through the ops that only move it to the first op that computes with it (an LSTM, a
@@ -260,88 +324,32 @@ def state_path(graph: Any, streams: list[tuple[str, str]]) -> tuple[list[str], l
     Returns:
         (layer names, the state tensors not found in this graph).
     """
-    from ..graph import GraphView
-
-    found: list[str] = []
-    missing: list[str] = []
     if graph is None:
         return [], [t for pair in streams for t in pair]
-    if isinstance(graph, GraphView):
-        produced = {t for n in graph.nodes for t in n.outputs}
-        read = {t for n in graph.nodes for t in n.inputs}
+    g = _Walk(graph)
+    found: list[str] = []
+    missing: list[str] = []
 
-        def forward(tensor):
-            return graph.consumers(tensor)
-
-        def succ(node):
-            return [t for t in node.outputs]
-
-        def backward(node):
-            return [graph.producer(t) for t in node.inputs if t not in graph.constants and graph.producer(t) is not None]
-
-        def kind(node):
-            return node.native or node.op
-
-        for out, inp in streams:
-            if inp not in read or inp in produced:
-                missing.append(inp)
-            else:
-                frontier = [inp]
-                while frontier:
-                    for node in forward(frontier.pop()):
-                        if node.name not in found and kind(node) not in COMPUTE_OPS and node.op not in COMPUTE_OPS:
-                            found.append(node.name)
-                            if kind(node) in STATE_PASSING_OPS or node.op in STATE_PASSING_OPS:
-                                frontier.extend(succ(node))
-            node = graph.producer(out)
-            if node is None:
-                missing.append(out)
+    def walk(nodes: list, onward) -> None:
+        while nodes:
+            node = nodes.pop()
+            if not g.layer(node) or g.name(node) in found or g.types(node) & COMPUTE_OPS:
                 continue
-            stack = [node]
-            while stack:
-                node = stack.pop()
-                if node.name in found or kind(node) in COMPUTE_OPS or node.op in COMPUTE_OPS:
-                    continue
-                found.append(node.name)
-                if kind(node) in STATE_PASSING_OPS or node.op in STATE_PASSING_OPS:
-                    stack.extend(backward(node))
-        return found, missing
-    params = {p.get_friendly_name(): p for p in graph.get_parameters()}
-    for p in graph.get_parameters():
-        for n in p.output(0).get_names():
-            params.setdefault(n, p)
-    outputs = {n: o for o in graph.outputs for n in o.get_names()}
+            found.append(g.name(node))
+            if g.types(node) & STATE_PASSING_OPS:
+                nodes.extend(onward(node))
+
     for out, inp in streams:
-        if inp not in params:
+        readers = g.input_readers(inp)
+        if readers is None:
             missing.append(inp)
         else:
-            frontier = [params[inp]]
-            while frontier:
-                op = frontier.pop()
-                for port in op.outputs():
-                    for target in port.get_target_inputs():
-                        node = target.get_node()
-                        name = node.get_friendly_name()
-                        if node.get_type_name() in ("Result", "ShapeOf", *COMPUTE_OPS) or name in found:
-                            continue
-                        found.append(name)
-                        if node.get_type_name() in STATE_PASSING_OPS:
-                            frontier.append(node)
-        if out not in outputs:
+            walk(list(readers), g.readers)
+        writer = g.output_writer(out)
+        if writer is None:
             missing.append(out)
-            continue
-        stack = [outputs[out].get_node()]
-        while stack:
-            node = stack.pop()
-            name = node.get_friendly_name()
-            if node.get_type_name() in ("Parameter", "Constant", *COMPUTE_OPS) or name in found:
-                continue
-            if node.get_type_name() == "Result":  # the model's output itself, not a layer
-                stack.extend(port.get_source_output().get_node() for port in node.inputs())
-                continue
-            found.append(name)
-            if node.get_type_name() in STATE_PASSING_OPS:
-                stack.extend(port.get_source_output().get_node() for port in node.inputs())
+        else:
+            walk([writer], g.sources)
     return found, missing
 
 
@@ -350,41 +358,20 @@ def stem_layers(graph: Any, skip_inputs: set[str] = frozenset(), most: int = max
     :func:`format_graph`, in execution order: each as a :class:`LayerError` whose float set holds
     it and every op from the previous one on that the inputs reach (``layers[:k]`` float: the stem
     of ``k`` compute layers). Inputs in ``skip_inputs`` (a stream's state) start no stem."""
-    from ..graph import GraphView
-
+    g = _Walk(graph)
     out: list[LayerError] = []
     pending: list[str] = []
-    if isinstance(graph, GraphView):
-        produced = {t for n in graph.nodes for t in n.outputs}
-        reached = {t for n in graph.nodes for t in n.inputs
-                   if t not in produced and t not in graph.constants and t not in skip_inputs and t}
-        for i, node in enumerate(graph.nodes):
-            if not any(t in reached for t in node.inputs):
-                continue
-            reached.update(node.outputs)
-            pending.append(node.name)
-            if node.native in COMPUTE_OPS or node.op in COMPUTE_OPS:
-                out.append(LayerError(node.name, node.native or node.op, 0.0, 0.0, i, float_set=pending))
-                pending = []
-                if len(out) >= most:
-                    break
-        return out
-    seen: set[str] = set()
-    for p in graph.get_parameters():
-        if p.get_friendly_name() not in skip_inputs and not (set(p.output(0).get_names()) & set(skip_inputs)):
-            seen.add(p.get_friendly_name())
-    for i, op in enumerate(graph.get_ordered_ops()):
-        kind, name = op.get_type_name(), op.get_friendly_name()
-        if kind in ("Parameter", "Constant"):
+    reached: set[str] = set()
+    for i, node in enumerate(g.ordered()):
+        if not (any(not names & skip_inputs for names in g.inputs_read(node))
+                or any(g.name(src) in reached for src in g.sources(node))):
             continue
-        if not any(port.get_source_output().get_node().get_friendly_name() in seen for port in op.inputs()):
+        reached.add(g.name(node))  # a Convert or ShapeOf passes the reach on without being a layer of its own
+        if not g.layer(node) or g.types(node) & STRUCTURAL_OPS:
             continue
-        seen.add(name)  # a Convert or ShapeOf passes the reach on without being a layer of its own
-        if kind in STRUCTURAL_OPS:
-            continue
-        pending.append(name)
-        if kind in COMPUTE_OPS:
-            out.append(LayerError(name, kind, 0.0, 0.0, i, float_set=pending))
+        pending.append(g.name(node))
+        if g.types(node) & COMPUTE_OPS:
+            out.append(LayerError(g.name(node), g.native(node), 0.0, 0.0, i, float_set=pending))
             pending = []
             if len(out) >= most:
                 break
@@ -640,15 +627,12 @@ def _state_float(ctx: "BuildContext", loop: "Loop", recipe: Recipe) -> Recipe:
     try:
         streams = ctx.prep.calib.streams
         graph = loop.graph()
-        if fmt == "tflite-int8":  # onnx2tf renames outputs (stateN -> Identity_1): the float form says how,
-            from ..tflite_int8 import float_form  # else they keep the source's order, as the runtime maps them
+        if fmt == "tflite-int8":  # onnx2tf renames outputs (stateN -> Identity_1): matched as the artifact's are
+            from ..tflite_int8 import float_form, source_names
 
-            renamed = dict(float_form(loop.job()).tensor_names)
-            source = [o.name for o in ctx.source.outputs]
-            if len(source) == len(graph.outputs):
-                for name, tensor in zip(source, graph.outputs):
-                    renamed.setdefault(name, tensor)
-            streams = [(renamed.get(o, o), renamed.get(i, i)) for o, i in streams]
+            form = float_form(loop.job())
+            renamed = source_names(form, [o.name for o in ctx.source.outputs], graph.outputs)
+            streams = [(renamed.get(o, o), form.tensor_names.get(inp, inp)) for o, inp in streams]
         names, missing = state_path(graph, streams)
     except Exception as exc:  # noqa: BLE001 - the state path is a default, never a conversion failure
         ctx.say(f"{fmt}: the state path was not located ({exc}); it is quantized like the rest")
@@ -1013,6 +997,7 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery,
         ctx.say(f"{fmt}: head not located ({exc})")
     order = sorted(ranking[:GAIN_TOP], key=lambda e: -(e.gain or 0)) + ranking[GAIN_TOP:]
     searches = [(tail, chain, TAIL_STEPS, "float head({})", head_reason), (order, [], MIXED_STEPS, "mixed({})", None)]
+    stem: list[LayerError] = []
     if not cpu_tail_only:
         # The stem: the ops between the input and its first convolutions, float with them (an
         # in-graph audio front end's power spectrum spans orders of magnitude that one int8 scale
@@ -1043,7 +1028,7 @@ def _mixed(ctx: "BuildContext", loop: Loop, best: Candidate, rec: Recovery,
     # and reaches the op types below within its budget.
     for layers, extra, counts, label, reason in searches:
         counts = [k for k in counts if k <= len(layers)]
-        base = start if label.startswith("float stem") else None
+        base = start if layers is stem else None  # the stem goes from the calibration the search started on
         passing, tried, finished = _fewest(
             loop, counts, lambda k, layers=layers, extra=extra, label=label, reason=reason, base=base:
                 with_float(layers[:k] + extra, label.format(k), reason, base=base))

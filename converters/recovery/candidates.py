@@ -60,9 +60,8 @@ class Candidate:
     def collapsed(self) -> bool:
         """Whether int8 collapsed an output or a group of one (a few values left where float has
         many): its ranges, not its layers, are what failed."""
-        outputs = [*self.report.get("outputs", {}).values(),
-                   *self.report.get("long_stream", {}).get("outputs", {}).values()]
-        return any(part.get("collapsed") for m in outputs for part in [m, *m.get("groups", {}).values()])
+        return any(part.get("collapsed") for m in acc.judged_outputs(self.report).values()
+                   for part in [m, *m.get("groups", {}).values()])
 
     @property
     def rank(self) -> tuple[bool, float]:
@@ -136,8 +135,7 @@ def make_candidate(ctx: "BuildContext", fmt: str, recipe: Recipe, folder: Path, 
         raise ConversionError(f"the {fmt} artifact does not run in {step.backend} ({step.accelerator}) here: {exc.message}",
                               "The int8 graph needs something this runtime cannot do here (an op kernel, a type); "
                               "the other formats and profiles were still converted.") from None
-    judged = {**report["outputs"], **{f"long stream: {k}": v for k, v in report.get("long_stream", {}).get("outputs", {}).items()}}
-    report["score"] = gate_score(judged) if "task" not in report or report["task"]["passed"] else -1.0
+    report["score"] = gate_score(acc.judged_outputs(report)) if "task" not in report or report["task"]["passed"] else -1.0
     gate = {"seconds": time.perf_counter() - g0, "cpu_s": cpu_seconds() - gc0}  # what judging it took
     return Candidate(fmt, recipe, folder, result, report, time.perf_counter() - t0, {"step": step, "job": job, "gate": gate})
 
