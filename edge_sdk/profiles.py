@@ -233,8 +233,8 @@ class StreamGate:
     the initial state): an error still growing at the end of the stream grows on beyond it.
 
     Measured on 1200-step streams: Silero VAD's int8 state, rounded at every step, reached
-    0.8-4.0 and its decisions agreed with float on 48-88% of the steps; with the state path float
-    it stayed at 0.09-0.3 (last over second quarter 1.1-1.2) with decisions agreeing on 96-99%, as
+    0.8-4.0 and its decisions agreed with float on 47-93% of the steps; with the state path float
+    it stayed at 0.09-0.3 (last over second quarter 0.2-1.2) with decisions agreeing on 96-99%, as
     did a code-built LSTM VAD's TFLite state at 0.25 (1.08) with every decision agreeing."""
 
     max_state_error: float = 0.5

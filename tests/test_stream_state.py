@@ -3,7 +3,7 @@ path recovery keeps float by default.
 
 Measured on Silero VAD (the silero-vad wheel's ``silero_vad_openvino_16k.onnx``, jetson-orin, 60-step
 held-back sequences): candidates whose decisions agreed with float on 97% of the sequences' steps
-agreed on 39-44% of a 1200-step stream, the int8 state rounded again at every step. The gate now
+agreed on 39-44% from step 300 of a 1200-step stream on, the int8 state rounded again at every step. The gate now
 runs the held-back sequences chained into one long stream, judges the state by its error at the
 stream's end, and every format keeps the state path float from the baseline on. These tests hold
 each piece on code-built graphs; ``tests/test_stream_vad.py`` and ``tests/test_stream.py`` convert
@@ -267,7 +267,7 @@ def test_explain_ranks_a_streamed_models_layers_from_the_cli(tmp_path, cli):
 
 
 def test_recovery_never_makes_a_candidate_with_every_convolution_float(tmp_path):
-    """Silero VAD's jetson-orin search once published "mixed(16)": 0 of 6 convolutions int8. Such a
+    """Before this rule, Silero VAD's jetson-orin search published "mixed(16)": 0 of 6 convolutions int8. Such a
     recipe is skipped before converting, and said; the baseline a user asks for is still made."""
     from types import SimpleNamespace
 
