@@ -12,7 +12,7 @@ judged by the gate through the runtime facade. Then:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -176,8 +176,13 @@ def _build(ctx: BuildContext, final: Path, stage: Path) -> ProfileSummary:
 
 def _with_kinds(specs: list[TensorSpec], kinds: dict[str, OutputKind], source_outputs: list[TensorSpec]) -> list[TensorSpec]:
     names = [s.name for s in source_outputs]
+    # The artifact may rename outputs (onnx2tf's TFLite): a kind's ``given`` names the artifact's flag.
+    renamed = {names[i]: spec.name for i, spec in enumerate(specs) if spec.name not in kinds and i < len(names)}
     for i, spec in enumerate(specs):
-        spec.kind = kinds.get(spec.name) or (kinds.get(names[i]) if i < len(names) else None)
+        kind = kinds.get(spec.name) or (kinds.get(names[i]) if i < len(names) else None)
+        if kind is not None and kind.given in renamed:
+            kind = replace(kind, given=renamed[kind.given])
+        spec.kind = kind
     return specs
 
 

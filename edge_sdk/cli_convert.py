@@ -27,7 +27,8 @@ from .errors import ConversionError
 @click.option("--output", "outputs", multiple=True, metavar="NAME:KIND[:OPTS]",
               help="What an output means, for the accuracy gate (scores, logits, boxes, landmarks, regression, heatmap, "
                    "mask, embedding, sequence, packed, detections, tensor); e.g. output0:packed:axis=1,boxes=0-4,scores=4-84 "
-                   "or pose:landmarks:dims=5,coords=2 (values per point, those that place it). Repeatable.")
+                   "or pose:landmarks:dims=5,coords=2 (values per point, those that place it) or Identity:landmarks:given=Identity_1 "
+                   "(judged where that presence flag says yes). Repeatable.")
 @click.option("--metric", default=None, metavar="FILE.py:FUNC|MODULE:FUNC",
               help="A task metric run beside the gate: f(float_outputs, int8_outputs, inputs) -> {'passed': bool, ...}.")
 @click.option("--recover", type=click.Choice(["off", "calibration", "mixed"]), default="mixed", show_default=True,

@@ -24,6 +24,10 @@ Kinds:
   its relative error at the end of a long stream (does the int8 error grow as it is carried?).
 * ``tensor``: nothing known; whole-tensor cosine and SQNR.
 
+An output read only where another says an object is there (``given``: MediaPipe's hand, face and
+pose landmarks and handedness are dropped where the presence flag beside them is below 0.5) is
+judged on the samples where the float model's flag says yes: what an app never reads is no error.
+
 Pure numpy; no ML framework is imported here (the runtime path uses it).
 """
 
@@ -85,6 +89,9 @@ class OutputKind:
         coords: How many of a point's first values place it, for the per-sample point error: 2
             for image landmarks (x, y; their z is a relative depth estimate, near constant across
             an iris), 3 for metric world landmarks. None: ``min(dims, 3)``.
+        given: The output (one probability or logit per sample: a presence flag) whose float
+            value >= 0.5 marks the samples where this one is read and judged. None: every sample.
+            Written to the manifest only when set.
         source: How it was decided: ``declared`` (by the user), ``graph`` (the op at the
             model's tail), ``values`` (ranges seen on the float model), ``shape``, ``stream`` (a
             state ``--stream`` feeds back), ``default``.
@@ -99,6 +106,7 @@ class OutputKind:
     bins: int | None = None
     dims: int | None = None
     coords: int | None = None
+    given: str | None = field(default=None, metadata={"omit_if_none": True})
     source: Literal["declared", "graph", "values", "shape", "stream", "default"] = "default"
     reason: str = ""
 
@@ -116,6 +124,8 @@ class OutputKind:
             extra = (f", {self.dims} values per point" if self.dims else "") + f"{placed}{extra}"
         if self.kind in ("scores", "logits", "sequence"):
             extra = f", axis {self.axis}{extra}"
+        if self.given:
+            extra += f", where {self.given} says yes"
         return f"{self.kind}{'(' + extra[2:] + ')' if extra else ''}"
 
 
@@ -187,6 +197,10 @@ def parse_declaration(text: str) -> tuple[str, OutputKind]:
             out.coords = _int(value, "coords")
             if out.coords not in (2, 3):
                 raise InputValidationError(f"--output '{text}': coords is 2 (x, y) or 3 (x, y, z): the values that place a point.")
+        elif key == "given" and kind in (*REGRESSION_KINDS, "scores", "logits"):
+            if not value.strip():
+                raise InputValidationError(f"--output '{text}': given names the presence output, e.g. given=Identity_1.")
+            out.given = value.strip()
         elif kind == "packed":
             span, _, gkind = value.partition("/")
             lo, dash, hi = span.partition("-")
@@ -200,7 +214,8 @@ def parse_declaration(text: str) -> tuple[str, OutputKind]:
         else:
             raise InputValidationError(f"--output '{text}': unknown option '{key}'.",
                                        "Options: axis, activation, blank, bins (boxes given as distributions), dims (values per "
-                                       "landmark point), coords (2 or 3: those that place it), and GROUP=START-STOP for packed "
+                                       "landmark point), coords (2 or 3: those that place it), given (the presence output whose "
+                                       "float yes marks the samples where this one is judged), and GROUP=START-STOP for packed "
                                        "outputs.")
     if kind == "packed" and not out.groups:
         raise InputValidationError(f"--output '{text}': a packed output needs its groups, e.g. boxes=0-4,scores=4-84.")

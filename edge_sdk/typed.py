@@ -133,7 +133,10 @@ def _convert(tp: Any, value: Any, where: str, key: str, error):
 def to_dict(obj: Any) -> Any:
     """Dataclass -> plain dict (JSON/TOML friendly), recursively."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        # A field marked ``omit_if_none`` is left out while unset, so files that do not use it
+        # stay readable by versions that predate it.
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if not (f.metadata.get("omit_if_none") and getattr(obj, f.name) is None)}
     if isinstance(obj, list | tuple):
         return [to_dict(v) for v in obj]
     if isinstance(obj, dict):

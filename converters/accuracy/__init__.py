@@ -126,20 +126,41 @@ def compare(reference: list[dict[str, np.ndarray]], test: list[dict[str, np.ndar
     shapes = {f: list(np.asarray(reference[0][f]).shape) for f in names.values()}
     kinds = {f: kinds.get(f) or OutputKind() for f in names.values()}
     links = _link_masks(kinds, shapes)
-    order = sorted(names.items(), key=lambda tf: tf[1] in links)  # scores first: they give the masks
+    # Scores first (they give the masks), outputs read only where a presence flag says yes last.
+    order = sorted(names.items(), key=lambda tf: (bool(kinds[tf[1]].given), tf[1] in links))
     results: dict[str, dict[str, Any]] = {}
     masks: dict[str, Any] = {}
     for t, f in order:
+        ref, got = [r[f] for r in reference], [x[t] for x in test]
+        flag, index = kinds[f].given, None
+        if flag:
+            present = presence(reference, flag, kinds.get(flag) or OutputKind())
+            if not present.any():
+                results[t] = {"kind": kinds[f].label(), "samples": 0, "failures": [], "passed": True,
+                              "not_judged": f"float's '{flag}' says no on every held-back sample: nothing reads it"}
+                continue
+            index = np.flatnonzero(present)
+            ref, got = [ref[i] for i in index], [got[i] for i in index]
         try:
-            m = evaluate_output([r[f] for r in reference], [x[t] for x in test], kinds[f], spec, masks.get(links.get(f, "")),
-                                state_judge)
+            m = evaluate_output(ref, got, kinds[f], spec, None if flag else masks.get(links.get(f, "")), state_judge, index)
         except ValueError as exc:
             raise ConversionError(f"Output '{t}': {exc}") from None
         masks[f] = m.pop("_mask", None)
-        if f in links:
+        if flag:
+            m["judged_at"] = f"the {index.size} of {len(reference)} samples where float's '{flag}' says yes"
+        elif f in links:
             m["judged_at"] = f"'{links[f]}': {results[links[f]].get('regressions_at', 'its confident positions')}"
         results[t] = m
     return {t: results[t] for t in names}
+
+
+def presence(reference: list[dict[str, np.ndarray]], flag: str, kind: OutputKind) -> np.ndarray:
+    """Per sample: does the float model's one-value ``flag`` output say yes (>= 0.5, after a
+    sigmoid where it is a logit)?"""
+    x = np.array([float(np.asarray(r[flag], np.float64).reshape(-1)[0]) for r in reference])
+    if kind.kind == "logits" or kind.activation == "sigmoid":
+        x = 1.0 / (1.0 + np.exp(-np.clip(x, -80, 80)))
+    return x >= 0.5
 
 
 def evaluate(folder: Path, step: RuntimeStep, holdout: list[Feed], reference: list[dict[str, np.ndarray]],

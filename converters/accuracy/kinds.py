@@ -467,6 +467,63 @@ def _world_beside_landmarks(kinds: dict[str, OutputKind], shapes: dict[str, list
                                             "landmarks: the same points in 3-D coordinates")
 
 
+def _one_value(shape: list[int]) -> bool:
+    """One value per sample (``[1]``, ``[1, 1]``, ``[1, 1, 1, 1]``): a flag, not a per-position output."""
+    return int(np.prod(shape)) == 1 if shape else True
+
+
+def _per_sample_points(kind: OutputKind, shape: list[int]) -> bool:
+    """A landmarks output holding one object's points per sample (not one set per anchor)."""
+    return kind.kind == "landmarks" and (len(shape) <= 2 or int(np.prod(shape[:-1])) == 1)
+
+
+def _presence_beside_landmarks(kinds: dict[str, OutputKind], shapes: dict[str, list[int]]) -> None:
+    """A model that returns one object's landmarks and one-value flags beside them (MediaPipe's hand:
+    presence, then handedness; face: the face flag; pose: the pose flag) reads its landmarks and
+    its other flags only where the presence flag says yes: MediaPipe drops the hand below 0.5.
+    Judged everywhere, a crop with no hand scores its meaningless points and handedness as
+    errors. The presence flag is the first flag in output order (MediaPipe's order); the flag
+    itself is judged on every sample, so a hand int8 invents or loses still fails. Declared
+    ``given`` options are kept as they are."""
+    flags = [n for n, k in kinds.items() if k.kind in ("scores", "logits") and _one_value(shapes[n])]
+    points = [n for n, k in kinds.items() if _per_sample_points(k, shapes[n])]
+    if not flags or not points or any(k.given for k in kinds.values()):
+        return
+    presence = flags[0]
+    why = (f"read where '{presence}' says yes (the first one-value flag beside per-sample landmarks: their presence "
+           "flag; declare given=NAME to name another)")
+    for name in points + flags[1:]:
+        kind = kinds[name]
+        if kind.source != "declared":
+            kind.given = presence
+            kind.reason = f"{kind.reason}; {why}" if kind.reason else why
+
+
+def _check_given(kinds: dict[str, OutputKind], shapes: dict[str, list[int]]) -> None:
+    """A declared ``given`` must name another output that is one score or logit per sample.
+
+    Raises:
+        InputValidationError: naming the output and what ``given`` must be.
+    """
+    from edge_sdk.errors import InputValidationError
+
+    for name, kind in kinds.items():
+        if not kind.given:
+            continue
+        flag = kinds.get(kind.given)
+        if flag is None or kind.given == name:
+            raise InputValidationError(f"--output {name}: given={kind.given} names no other output of the model.",
+                                       f"Outputs: {', '.join(kinds)}")
+        if flag.kind not in ("scores", "logits") or not _one_value(shapes[kind.given]):
+            raise InputValidationError(
+                f"--output {name}: given={kind.given} must be one score or logit per sample (a presence flag); "
+                f"it is {flag.label()} of shape {shapes[kind.given]}.",
+                f"Declare {kind.given} as scores (or logits) if it is the flag, or name the flag output.")
+        if flag.given:
+            raise InputValidationError(f"--output {name}: given={kind.given}, which is itself judged only where "
+                                       f"{flag.given} says yes; name the presence flag itself.")
+
+
 def infer_kinds(outputs: list[TensorSpec], reference: list[dict[str, np.ndarray]], graph: GraphView | None,
                 declared: dict[str, OutputKind] | None = None,
                 streams: list[tuple[str, str]] | tuple = ()) -> dict[str, OutputKind]:
@@ -526,6 +583,8 @@ def infer_kinds(outputs: list[TensorSpec], reference: list[dict[str, np.ndarray]
     _boxes_beside_scores(kinds, shapes)
     _distributions(kinds, refs)  # bins = last axis // 4: they fit by construction
     _world_beside_landmarks(kinds, shapes)
+    _presence_beside_landmarks(kinds, shapes)
+    _check_given(kinds, shapes)
     return kinds
 
 

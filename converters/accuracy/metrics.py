@@ -198,12 +198,13 @@ MIN_EXTENT_SHARE = 0.25
 
 
 def point_metrics(r: np.ndarray, t: np.ndarray, dims: int, spec: AccuracySpec,
-                  coords: int | None = None) -> tuple[dict[str, Any], list[str]]:
+                  coords: int | None = None, index: np.ndarray | None = None) -> tuple[dict[str, Any], list[str]]:
     """Landmarks, one set of points per sample (``[S, values]``): each sample's mean point distance
     over its float extent (the diagonal of the box of its float points), as landmark tasks
     normalise by the object's size (NME). A point is placed by its first ``coords`` values (x, y
     of image landmarks, whose z is a relative depth estimate; x, y, z of world landmarks), by
-    default its first (up to) three (pose's visibility and presence follow)."""
+    default its first (up to) three (pose's visibility and presence follow). ``index``: each row's
+    number among all held-back samples (where only some are judged), for the worst sample's name."""
     g = spec.regression
     c = min(coords or 3, dims)
     pr = r.reshape(r.shape[0], -1, dims)[..., :c]
@@ -219,6 +220,8 @@ def point_metrics(r: np.ndarray, t: np.ndarray, dims: int, spec: AccuracySpec,
     per = np.mean(np.linalg.norm(pr - pt, axis=-1), axis=1)[judged] / extent[judged]
     where = np.flatnonzero(judged)
     mean, worst = float(per.mean()), int(where[int(per.argmax())])
+    if index is not None:
+        worst = int(index[worst])
     out.update(point_error=_r(mean), point_error_p90=_r(float(np.percentile(per, 90))),
                point_error_worst=_r(float(per.max())), worst_sample=worst)
     fails: list[str] = []
@@ -230,9 +233,10 @@ def point_metrics(r: np.ndarray, t: np.ndarray, dims: int, spec: AccuracySpec,
 
 def regression_metrics(r: np.ndarray, t: np.ndarray, axis: int, spec: AccuracySpec,
                        mask: np.ndarray | None, dims: int | None = None,
-                       coords: int | None = None) -> tuple[dict[str, Any], list[str]]:
+                       coords: int | None = None, index: np.ndarray | None = None) -> tuple[dict[str, Any], list[str]]:
     """Error relative to the float dynamic range; at ``mask`` positions when given. With ``dims``
-    (landmarks: values per point) and one row per sample, also :func:`point_metrics`."""
+    (landmarks: values per point) and one row per sample, also :func:`point_metrics` (``index``:
+    the rows' numbers among all held-back samples)."""
     g = spec.regression
     span = float(np.ptp(r)) or max(float(np.max(np.abs(r))), 1e-12)
     rr, tt = _classes_last(r, axis), _classes_last(t, axis)
@@ -257,11 +261,10 @@ def regression_metrics(r: np.ndarray, t: np.ndarray, axis: int, spec: AccuracySp
     per_sample = mask is None or (mask.shape[0] == samples and mask.any())
     if dims and per_sample and r[0].size >= 2 * dims:  # (dims divides it: point_dims)
         pr, pt = r.reshape(samples, -1), t.reshape(samples, -1)
+        rows = np.arange(samples) if index is None else np.asarray(index)
         if mask is not None:
-            pr, pt = pr[mask], pt[mask]
-        figures, f = point_metrics(pr, pt, dims, spec, coords)
-        if mask is not None and "worst_sample" in figures:  # an index among all held-back samples
-            figures["worst_sample"] = int(np.flatnonzero(mask)[figures["worst_sample"]])
+            pr, pt, rows = pr[mask], pt[mask], rows[mask]
+        figures, f = point_metrics(pr, pt, dims, spec, coords, rows)  # the worst named among all held-back samples
         out["margins"].update(figures.pop("margins", {}))
         out.update(figures)
         fails += f
@@ -579,9 +582,10 @@ def tensor_metrics(whole: dict[str, Any], spec: AccuracySpec, out: dict[str, Any
 
 def judge_part(r: np.ndarray, t: np.ndarray, kind: str, axis: int, activation: str, spec: AccuracySpec,
                okind: OutputKind, samples: int, mask: np.ndarray | None,
-               state_judge: str = "all") -> tuple[dict[str, Any], list[str], np.ndarray | None]:
+               state_judge: str = "all", index: np.ndarray | None = None) -> tuple[dict[str, Any], list[str], np.ndarray | None]:
     """Metrics and failures of one output or packed group; returns the confident mask of scores
-    (``state_judge``: how a ``state`` is judged, see :func:`state_metrics`)."""
+    (``state_judge``: how a ``state`` is judged, see :func:`state_metrics`; ``index``: the samples'
+    numbers among all held-back samples where only some are judged)."""
     whole = whole_tensor(r, t)
     out: dict[str, Any] = dict(whole)
     fails: list[str] = []
@@ -598,7 +602,7 @@ def judge_part(r: np.ndarray, t: np.ndarray, kind: str, axis: int, activation: s
         if bins:  # distributions: judged as the distances they decode to
             r, t = expected_bins(r, bins), expected_bins(t, bins)
         dims = point_dims(int(np.prod(r.shape[1:])), okind) if kind == "landmarks" else None  # None for a packed group
-        figures, f = regression_metrics(r, t, axis, spec, mask, dims, okind.coords)
+        figures, f = regression_metrics(r, t, axis, spec, mask, dims, okind.coords, index)
         if bins:
             figures["decoded"] = f"softmax expectation over {bins} bins"
     elif kind in MAP_KINDS:
@@ -623,7 +627,8 @@ def judge_part(r: np.ndarray, t: np.ndarray, kind: str, axis: int, activation: s
 
 
 def evaluate_output(ref: list[np.ndarray], test: list[np.ndarray], kind: OutputKind, spec: AccuracySpec,
-                    mask: np.ndarray | None = None, state_judge: str = "all") -> dict[str, Any]:
+                    mask: np.ndarray | None = None, state_judge: str = "all",
+                    index: np.ndarray | None = None) -> dict[str, Any]:
     """Judge one output over all held-back samples.
 
     Args:
@@ -633,6 +638,8 @@ def evaluate_output(ref: list[np.ndarray], test: list[np.ndarray], kind: OutputK
         mask: Confident positions from a companion scores output (regressions only).
         state_judge: How a ``state`` output is judged (:func:`state_metrics`): ``end`` of a long
             stream, ``all`` steps, or ``none``.
+        index: Where ``ref``/``test`` are some of the held-back samples (those a presence flag
+            says hold the object), their numbers among all of them.
 
     Returns:
         ``{"kind", whole-tensor figures, kind figures, "groups"?, "worst"?, "failures", "passed"}``.
@@ -645,7 +652,7 @@ def evaluate_output(ref: list[np.ndarray], test: list[np.ndarray], kind: OutputK
     out: dict[str, Any] = {"kind": kind.label(), "samples": samples}
     if kind.kind != "packed":
         part, fails, conf = judge_part(r, t, kind.kind, kind.axis, kind.activation, spec, kind, samples, mask,
-                                       state_judge)
+                                       state_judge, index)
         out.update(part)
         out["failures"] = fails
         out["_mask"] = conf

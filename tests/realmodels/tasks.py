@@ -220,12 +220,16 @@ def landmark_check(ref: np.ndarray, test: np.ndarray, scale: float, max_nme: flo
 
 
 def face_landmark_task(ref_outs: list[dict], test_outs: list[dict]) -> TaskResult:
-    lm = landmark_check(np.stack([o["conv2d_21"] for o in ref_outs]), np.stack([o["conv2d_21"] for o in test_outs]), 192)
+    """MediaPipe's face mesh: the face flag on every crop, the 468 points where float's flag says a
+    face is there (MediaPipe drops the face below 0.5)."""
     fr = _sigmoid(np.stack([o["conv2d_31"] for o in ref_outs]).ravel()) >= 0.5
     ft = _sigmoid(np.stack([o["conv2d_31"] for o in test_outs]).ravel()) >= 0.5
+    face = np.flatnonzero(fr)
+    lm = landmark_check(np.stack([o["conv2d_21"] for o in ref_outs])[face], np.stack([o["conv2d_21"] for o in test_outs])[face], 192)
     agree = float(np.mean(fr == ft))
-    return TaskResult(lm.passed and agree >= 0.95, f"{lm.summary}; face flag agreement {agree:.2%}",
-                      {**lm.figures, "face_flag_agreement": round(agree, 4)}, min(lm.margin, _margin(agree, 0.95)))
+    return TaskResult(lm.passed and agree >= 0.95, f"{lm.summary} on {face.size} of {fr.size} crops; face flag agreement {agree:.2%}",
+                      {**lm.figures, "face_flag_agreement": round(agree, 4), "faces": int(face.size)},
+                      min(lm.margin, _margin(agree, 0.95)))
 
 
 def iris_task(ref_outs: list[dict], test_outs: list[dict]) -> TaskResult:
@@ -237,24 +241,31 @@ def iris_task(ref_outs: list[dict], test_outs: list[dict]) -> TaskResult:
 
 
 def hand_landmark_task(ref_outs: list[dict], test_outs: list[dict], max_world: float = 0.05) -> TaskResult:
-    """MediaPipe's hand landmarks: the 21 image points (x, y error over the 224-pixel crop, <= 2%),
-    the same 21 points in metric 3-D world coordinates (mean point distance over the hand's extent,
-    the diagonal of float's own 3-D box, <= 5%), and the hand-presence and handedness flags (>= 95%
-    of samples on the same side of 0.5)."""
+    """MediaPipe's hand landmarks, read its own way: the hand-presence flag on every crop (>= 95% of
+    them on the same side of 0.5), and where float's presence says a hand is there (MediaPipe's hand
+    landmarker drops the hand below its 0.5 presence confidence) the 21 image points (x, y error over
+    the 224-pixel crop, <= 2%), the same points in metric 3-D world coordinates (mean point distance
+    over the hand's extent, the diagonal of float's own 3-D box, <= 5%) and handedness (>= 95%)."""
     def stack(outs, key):
         return np.stack([np.asarray(o[key], np.float64).reshape(-1) for o in outs])
 
-    image = landmark_check(stack(ref_outs, "Identity"), stack(test_outs, "Identity"), 224)
-    wr, wt = stack(ref_outs, "Identity_3").reshape(len(ref_outs), -1, 3), stack(test_outs, "Identity_3").reshape(len(ref_outs), -1, 3)
+    present = stack(ref_outs, "Identity_1")[:, 0] >= 0.5
+    hand = np.flatnonzero(present)
+    image = landmark_check(stack(ref_outs, "Identity")[hand], stack(test_outs, "Identity")[hand], 224)
+    wr = stack(ref_outs, "Identity_3")[hand].reshape(hand.size, -1, 3)
+    wt = stack(test_outs, "Identity_3")[hand].reshape(hand.size, -1, 3)
     extent = np.linalg.norm(wr.max(axis=1) - wr.min(axis=1), axis=-1)
     per_sample = np.mean(np.linalg.norm(wr - wt, axis=-1), axis=1) / np.maximum(extent, 1e-9)
     world, worst = float(per_sample.mean()), float(per_sample.max())
-    flags = {k: float(np.mean((stack(ref_outs, k) >= 0.5) == (stack(test_outs, k) >= 0.5))) for k in ("Identity_1", "Identity_2")}
+    flags = {"Identity_1": float(np.mean((stack(ref_outs, "Identity_1") >= 0.5) == (stack(test_outs, "Identity_1") >= 0.5))),
+             "Identity_2": float(np.mean((stack(ref_outs, "Identity_2")[hand] >= 0.5) == (stack(test_outs, "Identity_2")[hand] >= 0.5)))}
     agree = min(flags.values())
     return TaskResult(image.passed and world <= max_world and agree >= 0.95,
-                      f"image {image.summary}; world landmark error {world:.2%} of the hand's extent (worst image "
-                      f"{worst:.2%}); presence/handedness agreement {flags['Identity_1']:.0%}/{flags['Identity_2']:.0%}",
-                      {**image.figures, "world": round(world, 5), "world_worst": round(worst, 5), "flags": flags},
+                      f"on the {hand.size} of {len(ref_outs)} crops float finds a hand in: image {image.summary}; world "
+                      f"landmark error {world:.2%} of the hand's extent (worst image {worst:.2%}); handedness agreement "
+                      f"{flags['Identity_2']:.0%}; presence agreement {flags['Identity_1']:.0%} on every crop",
+                      {**image.figures, "world": round(world, 5), "world_worst": round(worst, 5), "flags": flags,
+                       "hands": int(hand.size)},
                       min(image.margin, _margin(world, max_world, higher=False), _margin(agree, 0.95)))
 
 

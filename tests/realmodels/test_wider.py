@@ -90,11 +90,43 @@ def test_world_landmarks_are_judged_as_coordinates(results):
         folder = next(f for f in (out / r["profile"], out / ".rejected" / r["profile"]) if (f / "manifest.json").is_file())
         kinds = {k["output"]: k for k in read_manifest(folder, allow_unpublished=True).accuracy["kinds"]}
         # image points placed by x, y (their z is a depth estimate), world points by x, y, z
-        assert kinds["Identity"]["kind"] == "landmarks(3 values per point, judged by x, y)", kinds
-        assert kinds["Identity_3"]["kind"] == "landmarks(3 values per point, judged by x, y, z)", kinds
+        assert kinds["Identity"]["kind"] == "landmarks(3 values per point, judged by x, y, where Identity_1 says yes)", kinds
+        assert kinds["Identity_3"]["kind"] == "landmarks(3 values per point, judged by x, y, z, where Identity_1 says yes)", kinds
         assert "as many as Identity's" in kinds["Identity_3"]["reason"], kinds["Identity_3"]
     rows = {(r["profile"], r["format"]): r for r in res["rows"]}
     assert rows[("intel-cpu", "openvino-ir")]["status"] == "published" and rows[("intel-cpu", "openvino-ir")]["task_passed"]
+
+
+def test_a_hands_points_and_handedness_are_judged_where_float_finds_a_hand(results):
+    """MediaPipe's hand landmarker drops a hand whose presence flag is below 0.5: its points and
+    handedness are never read there. A quarter of the held-back crops have no hand; judged there,
+    their meaningless points and handedness counted as int8 errors (the Edge TPU rows failed on a
+    no-hand crop's points, 66% of their extent off). The gate reads the flag beside the landmarks as
+    their presence: points and handedness are judged on the crops where float's flag says yes, the
+    flag itself on every crop, on every format of both hand models."""
+    from edge_sdk.manifest import read_manifest
+
+    for name in ("hand_landmark_full", "hand_landmark_lite"):
+        res = results[name]
+        out = Path(res["work"]) / "out"
+        for r in res["rows"]:
+            if r["status"] == "conversion_failed":
+                continue
+            folder = next(f for f in (out / r["profile"], out / ".rejected" / r["profile"]) if (f / "manifest.json").is_file())
+            m = read_manifest(folder, allow_unpublished=True)
+            kinds = {k["output"]: k for k in m.accuracy["kinds"]}
+            assert "where Identity_1 says yes" in kinds["Identity_2"]["kind"], kinds
+            assert "says yes" not in kinds["Identity_1"]["kind"], kinds
+            figures = m.accuracy["formats"][r["format"]]["outputs"]
+            held = figures["Identity_1"]["samples"]
+            for o in ("Identity", "Identity_2", "Identity_3"):
+                assert 0 < figures[o]["samples"] < held, (name, r["profile"], o, figures[o])
+                assert figures[o]["judged_at"].startswith(f"the {figures[o]['samples']} of {held} samples"), figures[o]
+            # The artifact's manifest names the artifact's own flag output (a TFLite may rename them).
+            art = {o.name: o.kind for o in m.outputs}
+            flags = [k.given for k in art.values() if k is not None and k.given]
+            assert len(flags) == 3 and len(set(flags)) == 1 and flags[0] in art, art
+            assert art[flags[0]].kind in ("scores", "logits") and not art[flags[0]].given, art[flags[0]]
 
 
 def test_landmarks_are_judged_over_each_hands_own_extent(results):
