@@ -111,6 +111,13 @@ def test_one_probability_per_sample_is_judged_by_its_decision_at_one_half():
     assert m3["decision_agreement"] == 0.925 and not m3["passed"] and SPEC.min_top1_agreement <= 0.925
     lenient = dataclasses.replace(SPEC, scores=dataclasses.replace(SPEC.scores, min_decision_agreement=0.9))
     assert evaluate_output(ref, [np.array([[v]]) for v in three], OutputKind("scores"), lenient)["passed"]
+    assert not any("one flip fails" in f for f in m3["failures"])  # 40 samples resolve the bar
+    # Over 19 decided samples one flip already fails 0.95: the failure says more data would judge it.
+    few = [np.array([[v]]) for v in p[22:]]  # 8 "no", 10 "yes", one undecided
+    one = [np.array([[v]]) for v in np.where(np.arange(19) == 12, 0.3, p[22:])]
+    m1 = evaluate_output(few, one, OutputKind("scores"), SPEC)
+    assert not m1["passed"] and any("over 18 samples one flip fails 0.95: hold back more samples" in f
+                                    for f in m1["failures"]), m1["failures"]
     nudged = p + 0.03  # nobody crosses 0.5
     ok = evaluate_output(ref, [np.array([[v]]) for v in nudged], OutputKind("scores"), SPEC)
     assert ok["passed"] and ok["decision_agreement"] == 1.0
