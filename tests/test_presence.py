@@ -109,9 +109,14 @@ def test_given_is_declared_checked_and_kept_out_of_manifests_that_do_not_use_it(
     with pytest.raises(InputValidationError, match="unknown option 'given'"):
         parse_declaration("m:mask:given=presence")
     ref = _hands()
-    # A declared given is kept; the undeclared outputs are left judged on every sample.
+    # A declared given names the presence flag: the undeclared outputs are read by it too, and the
+    # flag it names is judged on every sample.
     kinds = infer_kinds(OUTS, ref, None, {"points": OutputKind("landmarks", given="handedness", source="declared")})
     assert kinds["points"].given == "handedness" and kinds["handedness"].given is None
+    assert kinds["presence"].given == "handedness" and "--output named" in kinds["presence"].reason
+    # A declared kind without given is taken as it is: judged on every sample.
+    kinds = infer_kinds(OUTS, ref, None, {"points": OutputKind("landmarks", source="declared")})
+    assert kinds["points"].given is None and kinds["handedness"].given == "presence"
     with pytest.raises(InputValidationError, match="names no other output"):
         infer_kinds(OUTS, ref, None, {"points": OutputKind("landmarks", given="nothing", source="declared")})
     with pytest.raises(InputValidationError, match="one score or logit per sample"):

@@ -483,16 +483,22 @@ def _presence_beside_landmarks(kinds: dict[str, OutputKind], shapes: dict[str, l
     its other flags only where the presence flag says yes: MediaPipe drops the hand below 0.5.
     Judged everywhere, a crop with no hand scores its meaningless points and handedness as
     errors. The presence flag is the first flag in output order (MediaPipe's order); the flag
-    itself is judged on every sample, so a hand int8 invents or loses still fails. Declared
-    ``given`` options are kept as they are."""
+    itself is judged on every sample, so a hand int8 invents or loses still fails. Declared kinds
+    are kept as they are; where a declaration names the presence flag (``given=FLAG``), that flag
+    is the one the undeclared outputs are read by."""
     flags = [n for n, k in kinds.items() if k.kind in ("scores", "logits") and _one_value(shapes[n])]
     points = [n for n, k in kinds.items() if _per_sample_points(k, shapes[n])]
-    if not flags or not points or any(k.given for k in kinds.values()):
+    named = {k.given for k in kinds.values() if k.given}
+    if not flags or not points or len(named) > 1:
         return
-    presence = flags[0]
-    why = (f"read where '{presence}' says yes (the first one-value flag beside per-sample landmarks: their presence "
+    declared = bool(named)
+    presence = named.pop() if named else flags[0]
+    if presence not in flags:  # a declared given that is no flag: refused by _check_given
+        return
+    why = (f"read where '{presence}' says yes (the presence flag --output named)" if declared else
+           f"read where '{presence}' says yes (the first one-value flag beside per-sample landmarks: their presence "
            "flag; declare given=NAME to name another)")
-    for name in points + flags[1:]:
+    for name in points + [f for f in flags if f != presence]:
         kind = kinds[name]
         if kind.source != "declared":
             kind.given = presence
