@@ -24,8 +24,8 @@ Kinds:
   its relative error at the end of a long stream (does the int8 error grow as it is carried?).
 * ``tensor``: nothing known; whole-tensor cosine and SQNR.
 
-An output read only where another says an object is there (``given``: MediaPipe's hand, face and
-pose landmarks and handedness are dropped where the presence flag beside them is below 0.5) is
+An output read only where another says an object is there (``given``: MediaPipe's hand and face
+landmarks and handedness are dropped where the presence flag beside them is below 0.5) is
 judged on the samples where the float model's flag says yes: what an app never reads is no error.
 
 Pure numpy; no ML framework is imported here (the runtime path uses it).

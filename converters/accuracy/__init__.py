@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from edge_sdk.errors import ConversionError
-from edge_sdk.outputs import OutputKind
+from edge_sdk.outputs import OutputKind, sigmoid
 from edge_sdk.profiles import AccuracySpec, Profile, RuntimeStep
 from edge_sdk import typed
 
@@ -130,11 +130,14 @@ def compare(reference: list[dict[str, np.ndarray]], test: list[dict[str, np.ndar
     order = sorted(names.items(), key=lambda tf: (bool(kinds[tf[1]].given), tf[1] in links))
     results: dict[str, dict[str, Any]] = {}
     masks: dict[str, Any] = {}
+    present_at: dict[str, np.ndarray] = {}  # presence flag -> its float yes per sample, made once
     for t, f in order:
         ref, got = [r[f] for r in reference], [x[t] for x in test]
         flag, index = kinds[f].given, None
         if flag:
-            present = presence(reference, flag, kinds.get(flag) or OutputKind())
+            if flag not in present_at:
+                present_at[flag] = presence(reference, flag, kinds.get(flag) or OutputKind())
+            present = present_at[flag]
             if not present.any():
                 results[t] = {"kind": kinds[f].label(), "samples": 0, "failures": [], "passed": True,
                               "not_judged": f"float's '{flag}' says no on every held-back sample: nothing reads it"}
@@ -158,8 +161,8 @@ def presence(reference: list[dict[str, np.ndarray]], flag: str, kind: OutputKind
     """Per sample: does the float model's one-value ``flag`` output say yes (>= 0.5, after a
     sigmoid where it is a logit)?"""
     x = np.array([float(np.asarray(r[flag], np.float64).reshape(-1)[0]) for r in reference])
-    if kind.kind == "logits" or kind.activation == "sigmoid":
-        x = 1.0 / (1.0 + np.exp(-np.clip(x, -80, 80)))
+    if kind.kind == "logits" or kind.activation == "sigmoid":  # one logit: a softmax over it is always 1
+        x = sigmoid(x)
     return x >= 0.5
 
 

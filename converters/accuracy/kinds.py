@@ -479,8 +479,9 @@ def _per_sample_points(kind: OutputKind, shape: list[int]) -> bool:
 
 def _presence_beside_landmarks(kinds: dict[str, OutputKind], shapes: dict[str, list[int]]) -> None:
     """A model that returns one object's landmarks and one-value flags beside them (MediaPipe's hand:
-    presence, then handedness; face: the face flag; pose: the pose flag) reads its landmarks and
-    its other flags only where the presence flag says yes: MediaPipe drops the hand below 0.5.
+    presence, then handedness; face: the face flag; pose landmark's one flag likewise, not run here)
+    reads its landmarks and its other flags only where the presence flag says yes: MediaPipe drops
+    the hand below 0.5.
     Judged everywhere, a crop with no hand scores its meaningless points and handedness as
     errors. The presence flag is the first flag in output order (MediaPipe's order); the flag
     itself is judged on every sample, so a hand int8 invents or loses still fails. Declared kinds

@@ -249,7 +249,7 @@ def hand_landmark_task(ref_outs: list[dict], test_outs: list[dict], max_world: f
     def stack(outs, key):
         return np.stack([np.asarray(o[key], np.float64).reshape(-1) for o in outs])
 
-    present = stack(ref_outs, "Identity_1")[:, 0] >= 0.5
+    present, present_q = stack(ref_outs, "Identity_1")[:, 0] >= 0.5, stack(test_outs, "Identity_1")[:, 0] >= 0.5
     hand = np.flatnonzero(present)
     image = landmark_check(stack(ref_outs, "Identity")[hand], stack(test_outs, "Identity")[hand], 224)
     wr = stack(ref_outs, "Identity_3")[hand].reshape(hand.size, -1, 3)
@@ -257,7 +257,7 @@ def hand_landmark_task(ref_outs: list[dict], test_outs: list[dict], max_world: f
     extent = np.linalg.norm(wr.max(axis=1) - wr.min(axis=1), axis=-1)
     per_sample = np.mean(np.linalg.norm(wr - wt, axis=-1), axis=1) / np.maximum(extent, 1e-9)
     world, worst = float(per_sample.mean()), float(per_sample.max())
-    flags = {"Identity_1": float(np.mean((stack(ref_outs, "Identity_1") >= 0.5) == (stack(test_outs, "Identity_1") >= 0.5))),
+    flags = {"Identity_1": float(np.mean(present == present_q)),
              "Identity_2": float(np.mean((stack(ref_outs, "Identity_2")[hand] >= 0.5) == (stack(test_outs, "Identity_2")[hand] >= 0.5)))}
     agree = min(flags.values())
     return TaskResult(image.passed and world <= max_world and agree >= 0.95,

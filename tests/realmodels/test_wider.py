@@ -25,6 +25,23 @@ def results():
     return background.result("wider")["cases"]
 
 
+def _manifest(res: dict, profile: str):
+    """The manifest a case's conversion left for ``profile``, published or rejected."""
+    from edge_sdk.manifest import read_manifest
+
+    out = Path(res["work"]) / "out"
+    folder = next(f for f in (out / profile, out / ".rejected" / profile) if (f / "manifest.json").is_file())
+    return read_manifest(folder, allow_unpublished=True)
+
+
+def _hand_rows(results):
+    """(model, row, manifest) of every format both hand landmark models converted."""
+    for name in ("hand_landmark_full", "hand_landmark_lite"):
+        for r in results[name]["rows"]:
+            if r["status"] != "conversion_failed":
+                yield name, r, _manifest(results[name], r["profile"])
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_every_profile_gets_a_verdict_per_format(results, name):
     rows = results[name]["rows"]
@@ -82,13 +99,9 @@ def test_world_landmarks_are_judged_as_coordinates(results):
     cosine, its direction from the hand's centre: arm-cpu failed at 0.95); beside the image
     landmarks it is the same points' coordinates, judged by error over its range. Every profile
     reads it so; OpenVINO publishes early in its search (docs/accuracy-wider.md has every row)."""
-    from edge_sdk.manifest import read_manifest
-
     res = results["hand_landmark_full"]
-    out = Path(res["work"]) / "out"
     for r in res["rows"]:
-        folder = next(f for f in (out / r["profile"], out / ".rejected" / r["profile"]) if (f / "manifest.json").is_file())
-        kinds = {k["output"]: k for k in read_manifest(folder, allow_unpublished=True).accuracy["kinds"]}
+        kinds = {k["output"]: k for k in _manifest(res, r["profile"]).accuracy["kinds"]}
         # image points placed by x, y (their z is a depth estimate), world points by x, y, z
         assert kinds["Identity"]["kind"] == "landmarks(3 values per point, judged by x, y, where Identity_1 says yes)", kinds
         assert kinds["Identity_3"]["kind"] == "landmarks(3 values per point, judged by x, y, z, where Identity_1 says yes)", kinds
@@ -99,34 +112,26 @@ def test_world_landmarks_are_judged_as_coordinates(results):
 
 def test_a_hands_points_and_handedness_are_judged_where_float_finds_a_hand(results):
     """MediaPipe's hand landmarker drops a hand whose presence flag is below 0.5: its points and
-    handedness are never read there. A quarter of the held-back crops have no hand; judged there,
-    their meaningless points and handedness counted as int8 errors (the Edge TPU rows failed on a
-    no-hand crop's points, 66% of their extent off). The gate reads the flag beside the landmarks as
+    handedness are never read there. Float finds no hand in about half of the held-back crops (a
+    quarter have none pasted in); judged there, their meaningless points and handedness counted as
+    int8 errors (hand full's Edge TPU row failed on the points of crop 25, where float's presence is
+    0.004: 66% of their extent off). The gate reads the flag beside the landmarks as
     their presence: points and handedness are judged on the crops where float's flag says yes, the
     flag itself on every crop, on every format of both hand models."""
-    from edge_sdk.manifest import read_manifest
-
-    for name in ("hand_landmark_full", "hand_landmark_lite"):
-        res = results[name]
-        out = Path(res["work"]) / "out"
-        for r in res["rows"]:
-            if r["status"] == "conversion_failed":
-                continue
-            folder = next(f for f in (out / r["profile"], out / ".rejected" / r["profile"]) if (f / "manifest.json").is_file())
-            m = read_manifest(folder, allow_unpublished=True)
-            kinds = {k["output"]: k for k in m.accuracy["kinds"]}
-            assert "where Identity_1 says yes" in kinds["Identity_2"]["kind"], kinds
-            assert "says yes" not in kinds["Identity_1"]["kind"], kinds
-            figures = m.accuracy["formats"][r["format"]]["outputs"]
-            held = figures["Identity_1"]["samples"]
-            for o in ("Identity", "Identity_2", "Identity_3"):
-                assert 0 < figures[o]["samples"] < held, (name, r["profile"], o, figures[o])
-                assert figures[o]["judged_at"].startswith(f"the {figures[o]['samples']} of {held} samples"), figures[o]
-            # The artifact's manifest names the artifact's own flag output (a TFLite may rename them).
-            art = {o.name: o.kind for o in m.outputs}
-            flags = [k.given for k in art.values() if k is not None and k.given]
-            assert len(flags) == 3 and len(set(flags)) == 1 and flags[0] in art, art
-            assert art[flags[0]].kind in ("scores", "logits") and not art[flags[0]].given, art[flags[0]]
+    for name, r, m in _hand_rows(results):
+        kinds = {k["output"]: k for k in m.accuracy["kinds"]}
+        assert "where Identity_1 says yes" in kinds["Identity_2"]["kind"], kinds
+        assert "says yes" not in kinds["Identity_1"]["kind"], kinds
+        figures = m.accuracy["formats"][r["format"]]["outputs"]
+        held = figures["Identity_1"]["samples"]
+        for o in ("Identity", "Identity_2", "Identity_3"):
+            assert 0 < figures[o]["samples"] < held, (name, r["profile"], o, figures[o])
+            assert figures[o]["judged_at"].startswith(f"the {figures[o]['samples']} of {held} samples"), figures[o]
+        # The artifact's manifest names the artifact's own flag output (a TFLite may rename them).
+        art = {o.name: o.kind for o in m.outputs}
+        flags = [k.given for k in art.values() if k is not None and k.given]
+        assert len(flags) == 3 and len(set(flags)) == 1 and flags[0] in art, art
+        assert art[flags[0]].kind in ("scores", "logits") and not art[flags[0]].given, art[flags[0]]
     # Judged where the hand is, hand lite's Edge TPU artifact publishes (it failed at a 49% TPU share
     # on the crops without a hand) and does its task.
     coral = next(r for r in results["hand_landmark_lite"]["rows"] if r["profile"] == "coral-edgetpu")
@@ -140,20 +145,12 @@ def test_landmarks_are_judged_over_each_hands_own_extent(results):
     (<= 5%). Every format of both hand models records the figure for both point outputs; wherever the
     gate passes, it and the task's world figure are under 5%; and hand lite publishes on every CPU
     profile."""
-    from edge_sdk.manifest import read_manifest
-
-    for name in ("hand_landmark_full", "hand_landmark_lite"):
-        res = results[name]
-        out = Path(res["work"]) / "out"
-        for r in res["rows"]:
-            if r["status"] == "conversion_failed":
-                continue
-            folder = next(f for f in (out / r["profile"], out / ".rejected" / r["profile"]) if (f / "manifest.json").is_file())
-            figures = read_manifest(folder, allow_unpublished=True).accuracy["formats"][r["format"]]["outputs"]
-            for o in ("Identity", "Identity_3"):
-                assert figures[o]["points"] == 21 and "point_error" in figures[o], (name, r["profile"], figures[o])
-            if r["status"] == "published":
-                assert figures["Identity_3"]["point_error"] <= 0.05 and r["task_figures"]["world"] <= 0.05, (name, r)
+    for name, r, m in _hand_rows(results):
+        figures = m.accuracy["formats"][r["format"]]["outputs"]
+        for o in ("Identity", "Identity_3"):
+            assert figures[o]["points"] == 21 and "point_error" in figures[o], (name, r["profile"], figures[o])
+        if r["status"] == "published":
+            assert figures["Identity_3"]["point_error"] <= 0.05 and r["task_figures"]["world"] <= 0.05, (name, r)
     published = {r["profile"] for r in results["hand_landmark_lite"]["rows"] if r["status"] == "published"}
     assert {"intel-cpu", "jetson-orin", "arm-cpu"} <= published, results["hand_landmark_lite"]["rows"]
 
@@ -170,8 +167,7 @@ def test_a_custom_op_no_other_tool_reads_no_longer_stops_any_profile(results):
     assert all(r["status"] != "conversion_failed" for r in rows.values()), rows
     assert rows[("intel-cpu", "openvino-ir")]["status"] == "published"
     out = Path(results["selfie_segmentation"]["work"]) / "out"
-    coral = next(f for f in (out / "coral-edgetpu", out / ".rejected" / "coral-edgetpu") if (f / "manifest.json").is_file())
-    pre = read_manifest(coral, allow_unpublished=True).backend_options["edgetpu_precheck"]
+    pre = _manifest(results["selfie_segmentation"], "coral-edgetpu").backend_options["edgetpu_precheck"]
     assert pre["op_counts"].get("TRANSPOSE_CONV") and not any(i["op"].startswith("CUSTOM") for i in pre["issues"]), pre
     gate = read_manifest(out / "intel-cpu").accuracy["formats"]["openvino-ir"]["outputs"]
     mask = next(iter(gate.values()))
