@@ -786,7 +786,7 @@ def quantize(calibrated: bytes, *, per_tensor: bool, input_dtype: str, output_dt
     types = {"float32": tf.float32, "int8": tf.int8, "uint8": tf.uint8}
     try:
         with quiet(log or Path("/dev/null")):
-            return bytes(convert.mlir_quantize(
+            quantized = bytes(convert.mlir_quantize(
                 calibrated, disable_per_channel=per_tensor,
                 disable_per_channel_for_dense_layers=per_tensor if per_tensor_dense is None else per_tensor_dense,
                 input_data_type=types[input_dtype],
@@ -795,6 +795,78 @@ def quantize(calibrated: bytes, *, per_tensor: bool, input_dtype: str, output_dt
     except Exception as exc:  # noqa: BLE001 - the converter raises ConverterError and friends
         first = next((ln for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
         raise ConversionError(f"TensorFlow's quantizer could not quantize the TFLite model: {first[:300]}") from None
+    return float_weights_back(quantized, calibrated)[0]
+
+
+def _const_floats(m, sg) -> dict[tuple[int, ...], list[np.ndarray]]:
+    """The float32 constants of a graph by shape."""
+    out: dict[tuple[int, ...], list[np.ndarray]] = {}
+    for i, t in enumerate(sg.tensors):
+        if t.type == 0 and _is_const(m, sg, i) and m.buffers[t.buffer].data is not None:  # FLOAT32
+            shape = tuple(int(d) for d in (t.shape if t.shape is not None else ()))
+            a = np.frombuffer(bytes(m.buffers[t.buffer].data), np.float32)
+            if a.size == int(np.prod(shape)):
+                out.setdefault(shape, []).append(a.reshape(shape))
+    return out
+
+
+def float_weights_back(quantized: bytes, float_model: bytes) -> tuple[bytes, list[str]]:
+    """Give an op the quantizer left float its float weights back.
+
+    TensorFlow's MLIR quantizer, asked to keep an op float (``denylisted_nodes``/``_ops``), still
+    stores the weights of some (``TRANSPOSE_CONV``) as int8: a *hybrid* op that dequantizes its
+    weights and, in LiteRT's hybrid kernels, quantizes its input on the fly. The op is then float in
+    name only. MediaPipe's selfie segmenter ends in such a layer (one output channel, weights from
+    -20.2 to 4.0: one int8 scale of 0.16 for all 64): kept "float", its worst frame's IoU against the
+    float model was 0.48 with every other op float too; with its weights float again, 1.0.
+
+    Each int8 constant read by an op whose activations are all float is replaced by the float
+    constant of the same shape in ``float_model`` that quantizes to exactly it (at its own scales);
+    a constant with no such original (a source that was itself weight-quantized) stays as it is.
+
+    Returns:
+        (the model, a ``"#op OP_NAME"`` label per op given its weights back).
+    """
+    schema, m = _load(quantized)
+    sg = m.subgraphs[0]
+    names = _op_names(schema, m)
+    f32, i8 = schema.TensorType.FLOAT32, schema.TensorType.INT8
+    originals: dict[tuple[int, ...], list[np.ndarray]] | None = None
+    fixed: list[str] = []
+    for k, op in enumerate(sg.operators or []):
+        ins = [int(i) for i in (op.inputs if op.inputs is not None else []) if i >= 0]
+        consts = {i for i in ins if _is_const(m, sg, i)}
+        acts = [i for i in ins if i not in consts]
+        if not acts or any(sg.tensors[i].type != f32 for i in acts):
+            continue
+        for i in sorted(consts):
+            t = sg.tensors[i]
+            qp = t.quantization
+            if t.type != i8 or qp is None or qp.scale is None or len(qp.scale) == 0 or m.buffers[t.buffer].data is None:
+                continue
+            if originals is None:
+                _, fm = _load(float_model)
+                originals = _const_floats(fm, fm.subgraphs[0])
+            shape = tuple(int(d) for d in t.shape)
+            q = np.frombuffer(bytes(m.buffers[t.buffer].data), np.int8).reshape(shape).astype(np.float32)
+            scale = np.asarray(qp.scale, np.float32)
+            if scale.size > 1:
+                bshape = [1] * q.ndim
+                bshape[int(qp.quantizedDimension)] = -1
+                scale = scale.reshape(bshape)
+            match = [a for a in originals.get(shape, []) if np.all(np.abs(a / scale - q) <= 0.501)]
+            if not match or any(not np.array_equal(a, match[0]) for a in match[1:]):
+                continue
+            buf = schema.BufferT()
+            buf.data = np.frombuffer(np.ascontiguousarray(match[0], np.float32).tobytes(), np.uint8)
+            m.buffers.append(buf)
+            t.buffer, t.type, t.quantization = len(m.buffers) - 1, f32, None
+            label = f"#{k} {names[op.opcodeIndex]}"
+            if label not in fixed:
+                fixed.append(label)
+    if not fixed:
+        return quantized, []
+    return _pack(m, len(quantized) * 2), fixed
 
 
 def quantize_float_tflite(model: bytes, input_shapes: dict[str, list[int]], calib: list[dict], *, per_tensor: bool,

@@ -29,6 +29,7 @@ figures before and after, and size and local p50 before and after go into the ma
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import time
 from dataclasses import dataclass, field
@@ -123,6 +124,9 @@ MOVEMENT_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatt
                           "UNPACK", "MAX_POOL_2D"})
 #: The last layers (in execution order) tried float together, fewest first.
 TAIL_STEPS = (2, 4, 8)
+#: TFLite activations that read one tensor: float when the op they read is (:func:`activations_float`).
+UNARY_ACTIVATIONS = frozenset({"RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1", "LEAKY_RELU", "HARD_SWISH",
+                                 "LOGISTIC", "TANH", "ELU", "GELU"})
 #: The first compute layers, with the ops before them, tried float together, fewest first.
 STEM_STEPS = (1, 2)
 #: Op types tried float together (after single layers): the types that gather the most noise.
@@ -436,6 +440,42 @@ def head_layers(graph: Any) -> list[tuple[str, str, int, bool]]:
             + [(n, compute[n][1], index.get(n, 0), True) for n in order])
 
 
+def activations_float(graph: Any, recipe: Recipe) -> Recipe:
+    """``recipe`` with each activation that alone reads a float op's output float too (TFLite).
+
+    An int8 TFLite graph fuses a ReLU into the convolution before it; with the convolution float
+    and its ReLU int8, the quantizer rounds the convolution's output at its whole pre-activation
+    range and again at the ReLU's: two roundings where a fused pair has one, and the first on a
+    range twice as wide. MediaPipe's selfie segmenter, with every op float but its second ReLU:
+    one QUANTIZE at scale 0.61 then the ReLU's at 0.27, and a close-up's mean person probability
+    fell from 0.95 to 0.01; that ReLU's output rounded once (ONNX Runtime's fused QDQ) kept 0.92.
+    Hard-swish, sigmoid and tanh have no fused form, but the same holds: float after a float op,
+    the island ends after them, where the one rounding their reader needs happens anyway.
+
+    Args:
+        graph: The format's :class:`~..graph.GraphView` (TFLite: ops named by their output tensors).
+        recipe: The candidate's recipe.
+    """
+    from ..graph import GraphView
+
+    if not isinstance(graph, GraphView) or not recipe.float_nodes:
+        return recipe
+    nodes = {n.name: n for n in graph.nodes}
+    floats = dict.fromkeys(recipe.float_nodes)
+    why = dict(recipe.why)
+    for name in list(floats):
+        node = nodes.get(name)
+        for t in node.outputs if node is not None else []:
+            readers = graph.consumers(t)
+            if len(readers) == 1 and readers[0].native in UNARY_ACTIVATIONS and readers[0].name not in floats:
+                floats[readers[0].name] = None
+                why.setdefault(readers[0].name, f"activation of the float {name}: int8 alone, it would round "
+                                                f"{name}'s output twice")
+    if len(floats) == len(recipe.float_nodes):
+        return recipe
+    return dataclasses.replace(recipe, float_nodes=tuple(floats), why=tuple(why.items()))
+
+
 def _transformer(loop: "Loop") -> bool:
     """Whether the format's graph has attention matmuls (NNCF's transformer mode applies SmoothQuant
     to the matmuls that feed them; a convolutional network gains nothing and spends a candidate)."""
@@ -525,6 +565,11 @@ class Loop:
                           tflite_provider=self.ctx.prep.tflite, cache=self.cache)
 
     def make(self, recipe: Recipe) -> Candidate | None:
+        if self.fmt == "tflite-int8" and recipe.float_nodes:
+            try:
+                recipe = activations_float(self.graph(), recipe)
+            except Exception:  # noqa: BLE001 - the candidate is made as asked when the graph cannot be read
+                pass
         if self.count and self._all_compute_float(recipe):  # not an int8 model: no candidate
             self.steps.append({"recipe": recipe.name, "seconds": 0.0, "cpu_s": 0.0, "passed": False,
                                "skipped": "keeps every convolution and matmul float: not an int8 model"})
