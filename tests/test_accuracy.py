@@ -20,7 +20,7 @@ from edge_sdk.converters.heads import postprocess
 from edge_sdk.errors import ConversionError, InputValidationError
 from edge_sdk.manifest import TensorSpec
 from edge_sdk.outputs import OutputGroup, OutputKind, check_fits, ctc_collapse, parse_declaration, summarize_output
-from edge_sdk.profiles import AccuracySpec, builtin_profiles
+from edge_sdk.profiles import AccuracySpec, RuntimeStep, builtin_profiles
 
 SPEC = AccuracySpec(min_cosine=0.98, min_sqnr_db=15.0, min_top1_agreement=0.9)
 RNG = np.random.default_rng(0)
@@ -961,3 +961,62 @@ def test_a_packed_detector_is_judged_by_the_objects_its_head_draws():
     background = rows.copy()  # a softmax head's background class scores every anchor: not sparse objects
     background[:, 0, 4] = 0.9
     assert "objects" not in evaluate_output(list(background), list(background), kind, SPEC)["groups"]
+
+
+def _ssd_faces(samples: int = 12, seed: int = 3) -> tuple[dict, list[dict[str, np.ndarray]]]:
+    """An ssd-anchors head (32x32 input, 40 anchors) and float outputs with one confident face a
+    sample, fired by its anchor and a weaker neighbour (several anchors per object, as BlazeFace's)."""
+    from edge_sdk.anchors import parse_spec
+
+    spec = dataclasses.replace(parse_spec("strides=8,16;fixed=1;conf=0.5;iou=0.3").with_size(32, 32),
+                               boxes="boxes", scores="scores")
+    rng = np.random.default_rng(seed)
+    outs = []
+    for s in range(samples):
+        boxes = np.zeros((1, spec.count, 4), np.float32)
+        boxes[..., 2:] = 8.0  # 8 px boxes at their anchors
+        logits = rng.normal(-8.0, 1.0, (1, spec.count, 1)).astype(np.float32)
+        k = int(rng.integers(0, 16))
+        logits[0, 2 * k, 0], logits[0, 2 * k + 1, 0] = 4.0, 2.0  # two anchors of one cell: one face after NMS
+        outs.append({"boxes": boxes, "scores": logits})
+    return {"head": "ssd-anchors", "output": "boxes", "anchors": spec.to_dict()}, outs
+
+
+def test_a_declared_ssd_head_is_judged_by_the_objects_it_draws(monkeypatch):
+    """BlazeFace back camera, jetson-orin: several anchors fire on one face, and the gate passed a
+    candidate at a per-anchor positive F1 of 0.94 whose decoded faces matched float's at 0.88. With
+    ``--head ssd-anchors`` the gate decodes both models as the device does and matches the faces."""
+    import edge_sdk.converters.accuracy as acc
+
+    post, ref = _ssd_faces()
+    same = acc.head_objects(ref, [dict(o) for o in ref], post, SPEC)
+    assert same is not None
+    name, figures, fails = same
+    assert name == "scores" and not fails and figures["detections"] == [12, 12] and figures["object_f1"] == 1.0
+    assert "40 anchors" in figures["decoded"] and "score >= 0.5" in figures["decoded"]
+
+    lost = [dict(o) for o in ref]
+    for o in lost[:3]:  # int8 keeps the weaker anchor of three faces just under the threshold, loses the best
+        s = o["scores"].copy()
+        s[s > 3.0] = -0.2
+        s[(s > 1.0) & (s < 3.0)] = -0.1
+        o["scores"] = s
+    _, figures, fails = acc.head_objects(ref, lost, post, SPEC)
+    assert figures["detections"] == [12, 9] and figures["object_recall"] == pytest.approx(0.75)
+    assert fails and "objects (score >= 0.5) F1 0.857" in fails[0], fails
+
+    assert acc.head_objects(ref, lost, None, SPEC) is None  # no head declared: the outputs alone judge
+    assert acc.head_objects(ref, lost, {"head": "yolov8", "output": "boxes"}, SPEC) is None
+    quiet = [{"boxes": o["boxes"], "scores": np.full_like(o["scores"], -8.0)} for o in ref]
+    assert acc.head_objects(quiet, quiet, post, SPEC) is None  # float draws nothing: nothing to match
+
+    # In the gate's report: beside the score output's own figures, in its margins (what recovery ranks by).
+    kinds = {"boxes": OutputKind("boxes"), "scores": OutputKind("logits", axis=-1, activation="sigmoid")}
+    monkeypatch.setattr(acc, "artifact_outputs", lambda *a, **k: (lost, {}))
+    step = RuntimeStep(backend="onnxruntime", accelerator="cpu", format="onnx-qdq")
+    report = acc.evaluate(Path("unused"), step, [{}] * 12, ref, SPEC, kinds, head=post)
+    m = report["outputs"]["scores"]
+    assert not report["passed"] and m["object_f1"] == pytest.approx(0.857, abs=1e-3) and m["margins"]["object_f1"] < 0
+    assert any(f.startswith("scores: the head's objects (score >= 0.5)") for f in report["failures"]), report["failures"]
+    monkeypatch.setattr(acc, "artifact_outputs", lambda *a, **k: ([dict(o) for o in ref], {}))
+    assert acc.evaluate(Path("unused"), step, [{}] * 12, ref, SPEC, kinds, head=post)["passed"]

@@ -157,6 +157,51 @@ def compare(reference: list[dict[str, np.ndarray]], test: list[dict[str, np.ndar
     return {t: results[t] for t in names}
 
 
+def head_objects(reference: list[dict[str, np.ndarray]], test: list[dict[str, np.ndarray]],
+                 post: dict[str, Any] | None, spec: AccuracySpec) -> tuple[str, dict[str, Any], list[str]] | None:
+    """The objects a declared ``ssd-anchors`` head draws, float against int8: both models' box
+    regressions and score logits decoded against the anchors (:func:`edge_sdk.detect.decode_ssd`,
+    the device's own decoder and NMS) and matched sample by sample (:func:`.metrics.object_figures`)
+    at the head's score threshold, what the device draws.
+
+    Anchor by anchor, the gate can only say how many anchors int8 turns positive or negative and
+    how far their boxes move; several anchors fire on one face, so it passed a BlazeFace candidate
+    (back camera, jetson-orin) at a positive F1 of 0.94 whose decoded faces matched float's at F1
+    0.88. With the anchors declared, the gate judges what the user sees, as it does for YOLO heads.
+
+    Returns:
+        (the artifact's score output, the figures, failures), or None without an ssd-anchors head
+        or where float draws nothing on any held-back sample.
+    """
+    if not post or post.get("head") != "ssd-anchors" or not post.get("anchors"):
+        return None
+    import dataclasses
+
+    from edge_sdk.detect import as_head, decode_ssd
+
+    from .metrics import object_figures
+
+    head = as_head("ssd-anchors", anchors=post["anchors"])
+    a = head.anchors
+    art = {f: t for t, f in match_outputs(reference[0], test[0]).items()}  # source -> artifact
+    if a is None or a.boxes not in art or a.scores not in art:
+        return None
+    finder = dataclasses.replace(head, conf=head.conf * (1 - spec.scores.object_margin))
+
+    def rows(outs: list[dict[str, np.ndarray]], boxes: str, scores: str) -> list[np.ndarray]:
+        return [np.array([[*d.box, d.score, d.class_id] for d in decode_ssd(o[boxes], o[scores], finder)],
+                         np.float64).reshape(-1, 6) for o in outs]
+
+    ref = rows(reference, a.boxes, a.scores)
+    if not any(bool((r[:, 4] >= head.conf).any()) for r in ref):
+        return None
+    got = rows(test, art[a.boxes], art[a.scores])
+    figures, fails = object_figures(ref, got, head.conf, spec,
+                                    f"the ssd-anchors head: {a.count} anchors, NMS at IoU {head.iou}, "
+                                    f"score >= {head.conf}")
+    return art[a.scores], figures, fails
+
+
 def presence(reference: list[dict[str, np.ndarray]], flag: str, kind: OutputKind) -> np.ndarray:
     """Per sample: does the float model's one-value ``flag`` output say yes (>= 0.5, after a
     sigmoid where it is a logit)?"""
@@ -170,7 +215,8 @@ def evaluate(folder: Path, step: RuntimeStep, holdout: list[Feed], reference: li
              spec: AccuracySpec, kinds: dict[str, OutputKind] | None = None,
              task_metric: Callable | None = None,
              sequences: tuple[list[tuple[str, str]], list[int]] | None = None,
-             long_stream: "LongStream | None" = None, long_stream_note: str = "") -> dict[str, Any]:
+             long_stream: "LongStream | None" = None, long_stream_note: str = "",
+             head: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the artifact in ``folder``, compare with the float reference, judge against ``spec``.
 
     With ``sequences`` (a streamed model, see :func:`artifact_outputs`) the artifact carries its
@@ -178,6 +224,8 @@ def evaluate(folder: Path, step: RuntimeStep, holdout: list[Feed], reference: li
     ``long_stream`` (a :class:`..calibration.LongStream`) the held-back sequences chained into one
     stream are judged too: every output by its kind, a ``state`` by its error at the stream's end
     (without one, the state is judged over every step of the sequences, ``long_stream_note`` says why).
+    With ``head`` (the manifest's ``postprocess``: an ``ssd-anchors`` head) the objects it draws are
+    judged too, beside its score output's figures (:func:`head_objects`).
 
     Returns:
         ``{"backend", "device", "native", "outputs": {name: metrics}, "failures", "passed", "ran",
@@ -188,6 +236,15 @@ def evaluate(folder: Path, step: RuntimeStep, holdout: list[Feed], reference: li
     test, ran = artifact_outputs(folder, step, holdout, sequences, long_feeds)
     test, test_long = test[:len(holdout)], test[len(holdout):]
     outputs = compare(reference, test, kinds or {}, spec, "none" if long_feeds else "all")
+    objects = head_objects(reference, test, head, spec)
+    if objects is not None:
+        name, figures, found = objects
+        m = outputs[name]
+        m.setdefault("margins", {}).update(figures.pop("margins", {}))
+        m.update({k: figures[k] for k in ("object_f1", "object_recall", "object_precision") if k in figures})
+        m["objects"] = figures
+        m["failures"] = [*m["failures"], *(f"the head's {x}" for x in found)]
+        m["passed"] = not m["failures"]
     fails = [f"{name}: {f}" for name, m in outputs.items() for f in m["failures"]]
     report: dict[str, Any] = {"backend": step.backend, "device": step.accelerator, "native": step.native,
                               "outputs": outputs, "failures": fails,

@@ -442,6 +442,19 @@ def packed_objects_metrics(r: np.ndarray, t: np.ndarray, kind: OutputKind, ax: i
         return None
     if min(float(np.min(a[:, 2:4] - a[:, 0:2])) for a in shown if len(a)) <= 0:
         return None  # box channels that are not boxes (raw offsets, log sizes): nothing to match
+    return object_figures(ref, test, conf, spec, "centre/size boxes, best class x objectness, class-aware NMS at "
+                          f"IoU 0.45, score >= {conf}" + (f" (found at >= {soft:.3g})" if soft < conf else ""))
+
+
+def object_figures(ref: list[np.ndarray], test: list[np.ndarray], conf: float, spec: AccuracySpec,
+                   decoded: str) -> tuple[dict[str, Any], list[str]]:
+    """Float's and int8's decoded detections matched sample by sample (rows ``x1, y1, x2, y2,
+    score, class``, each decoded at the finding threshold; those at ``conf`` or above are what the
+    device draws): float's drawn objects int8 finds (recall), int8's drawn objects float finds
+    (precision), their F1 and the worst class's recall, judged by ``spec.scores``.
+    Precondition: float draws something on some sample."""
+    g = spec.scores
+    shown = [a[a[:, 4] >= conf] for a in ref]
     drawn = [a[a[:, 4] >= conf] for a in test]
     found = sum(len(match_detections(a, b)) for a, b in zip(shown, test))
     kept = sum(len(match_detections(b, a)) for a, b in zip(ref, drawn))
@@ -451,9 +464,7 @@ def packed_objects_metrics(r: np.ndarray, t: np.ndarray, kind: OutputKind, ax: i
     classes = sorted({int(c) for a in shown for c in a[:, 5]})
     out: dict[str, Any] = {"kind": "objects", "detections": [n_ref, n_test], "object_f1": _r(f1),
                            "object_recall": _r(recall), "object_precision": _r(precision),
-                           "decoded": f"centre/size boxes, best class x objectness, class-aware NMS at IoU 0.45, "
-                                      f"score >= {conf}" + (f" (found at >= {soft:.3g})" if soft < conf else ""),
-                           "classes": classes}
+                           "decoded": decoded, "classes": classes}
     # The class the int8 model loses most of (MIN_CLASS_OBJECTS+ float detections), by its own
     # recall: a rare class's losses barely move the pooled F1.
     per = {}

@@ -128,7 +128,7 @@ def make_candidate(ctx: "BuildContext", fmt: str, recipe: Recipe, folder: Path, 
     try:
         report = acc.evaluate(folder, step, cs.holdout, ctx.prep.reference, ctx.profile.accuracy, ctx.prep.kinds,
                               ctx.task, (cs.streams, cs.holdout_lengths) if cs.streams else None,
-                              cs.long_stream, cs.long_stream_note)
+                              cs.long_stream, cs.long_stream_note, ctx.options.get("postprocess"))
     except ConversionError:
         raise
     except EdgeSDKError as exc:  # the artifact does not load or run in the gate's runtime: this format failed
