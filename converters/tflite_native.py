@@ -857,6 +857,8 @@ def float_weights_back(quantized: bytes, float_model: bytes) -> tuple[bytes, lis
             match = [a for a in originals.get(shape, []) if np.all(np.abs(a / scale - q) <= 0.501)]
             if not match or any(not np.array_equal(a, match[0]) for a in match[1:]):
                 continue
+            if sum(1 for other in sg.tensors if other.buffer == t.buffer) == 1:
+                m.buffers[t.buffer].data = None  # the int8 copy: nobody reads it any more
             buf = schema.BufferT()
             buf.data = np.frombuffer(np.ascontiguousarray(match[0], np.float32).tobytes(), np.uint8)
             m.buffers.append(buf)

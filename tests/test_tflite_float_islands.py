@@ -51,6 +51,11 @@ def _tensor(model: bytes, i: int):
     return m.subgraphs[0].tensors[i]
 
 
+def _filled_buffers(model: bytes) -> int:
+    _, m = tn._load(model)
+    return sum(1 for b in m.buffers if b.data is not None and len(b.data))
+
+
 def _q(calibrated: bytes, **kw) -> bytes:
     return tn.quantize(calibrated, per_tensor=False, input_dtype="float32", output_dtype="float32", **kw)
 
@@ -73,6 +78,7 @@ def test_a_float_transposed_convolution_gets_its_float_weights_back(net, monkeyp
     tconv = next(ins for op, ins, _ in _ops(restored) if op == "TRANSPOSE_CONV")
     assert _tensor(restored, tconv[1]).type == 0  # FLOAT32
     np.testing.assert_allclose(tm.run_tflite(restored, x), want, atol=1e-5)
+    assert _filled_buffers(restored) == _filled_buffers(hybrid)  # the float weights in place of the int8 copy, not beside it
 
     # Only the decoder float: it is float indeed, the rest int8.
     part = _q(calibrated, float_ops=["TRANSPOSE_CONV"])
