@@ -798,11 +798,11 @@ def quantize(calibrated: bytes, *, per_tensor: bool, input_dtype: str, output_dt
     return float_weights_back(quantized, calibrated)[0]
 
 
-def _const_floats(m, sg) -> dict[tuple[int, ...], list[np.ndarray]]:
+def _const_floats(schema, m, sg) -> dict[tuple[int, ...], list[np.ndarray]]:
     """The float32 constants of a graph by shape."""
     out: dict[tuple[int, ...], list[np.ndarray]] = {}
     for i, t in enumerate(sg.tensors):
-        if t.type == 0 and _is_const(m, sg, i) and m.buffers[t.buffer].data is not None:  # FLOAT32
+        if t.type == schema.TensorType.FLOAT32 and _is_const(m, sg, i) and m.buffers[t.buffer].data is not None:
             shape = tuple(int(d) for d in (t.shape if t.shape is not None else ()))
             a = np.frombuffer(bytes(m.buffers[t.buffer].data), np.float32)
             if a.size == int(np.prod(shape)):
@@ -846,7 +846,7 @@ def float_weights_back(quantized: bytes, float_model: bytes) -> tuple[bytes, lis
                 continue
             if originals is None:
                 _, fm = _load(float_model)
-                originals = _const_floats(fm, fm.subgraphs[0])
+                originals = _const_floats(schema, fm, fm.subgraphs[0])
             shape = tuple(int(d) for d in t.shape)
             q = np.frombuffer(bytes(m.buffers[t.buffer].data), np.int8).reshape(shape).astype(np.float32)
             scale = np.asarray(qp.scale, np.float32)

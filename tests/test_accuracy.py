@@ -1016,7 +1016,8 @@ def test_a_declared_ssd_head_is_judged_by_the_objects_it_draws(monkeypatch):
     step = RuntimeStep(backend="onnxruntime", accelerator="cpu", format="onnx-qdq")
     report = acc.evaluate(Path("unused"), step, [{}] * 12, ref, SPEC, kinds, head=post)
     m = report["outputs"]["scores"]
-    assert not report["passed"] and m["object_f1"] == pytest.approx(0.857, abs=1e-3) and m["margins"]["object_f1"] < 0
+    assert not report["passed"] and m["objects"]["object_f1"] == pytest.approx(0.857, abs=1e-3) and m["margins"]["object_f1"] < 0
     assert any(f.startswith("scores: the head's objects (score >= 0.5)") for f in report["failures"]), report["failures"]
+    assert "object f1 0.857143" in acc.report_figures(report)  # the one-line figures show it
     monkeypatch.setattr(acc, "artifact_outputs", lambda *a, **k: ([dict(o) for o in ref], {}))
     assert acc.evaluate(Path("unused"), step, [{}] * 12, ref, SPEC, kinds, head=post)["passed"]

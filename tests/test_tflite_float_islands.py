@@ -39,6 +39,16 @@ def net():
     return model, calibrated, feeds
 
 
+@pytest.fixture(scope="module")
+def hybrid(net):
+    """What TensorFlow's quantizer writes on its own with every op type denylisted: the "float"
+    TRANSPOSE_CONV reads int8 weights (one scale of 20/127 for every weight)."""
+    model, calibrated, _ = net
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tn, "float_weights_back", lambda q, f: (q, []))
+        return _q(calibrated, float_ops=sorted({op for op, _, _ in _ops(model)}))
+
+
 def _ops(model: bytes) -> list[tuple[str, list[int], list[int]]]:
     schema, m = tn._load(model)
     names = tn._op_names(schema, m)
@@ -60,18 +70,14 @@ def _q(calibrated: bytes, **kw) -> bytes:
     return tn.quantize(calibrated, per_tensor=False, input_dtype="float32", output_dtype="float32", **kw)
 
 
-def test_a_float_transposed_convolution_gets_its_float_weights_back(net, monkeypatch):
+def test_a_float_transposed_convolution_gets_its_float_weights_back(net, hybrid):
     model, calibrated, feeds = net
     every_type = sorted({op for op, _, _ in _ops(model)})
     x = feeds[0][0]
     want = tm.run_tflite(model, x)
 
-    # What TensorFlow's quantizer writes on its own: the "float" TRANSPOSE_CONV reads int8 weights.
-    with monkeypatch.context() as mp:
-        mp.setattr(tn, "float_weights_back", lambda q, f: (q, []))
-        hybrid = _q(calibrated, float_ops=every_type)
     tconv = next(ins for op, ins, _ in _ops(hybrid) if op == "TRANSPOSE_CONV")
-    assert _tensor(hybrid, tconv[1]).type == 9  # INT8: one scale of 20/127 for every weight
+    assert _tensor(hybrid, tconv[1]).type == 9  # INT8
     assert np.abs(tm.run_tflite(hybrid, x) - want).max() > 1e-3
 
     restored = _q(calibrated, float_ops=every_type)
@@ -88,11 +94,13 @@ def test_a_float_transposed_convolution_gets_its_float_weights_back(net, monkeyp
     assert any(_tensor(part, ins[1]).type == 9 for op, ins, _ in ops if op == "CONV_2D")
 
 
-def test_weights_with_no_float_original_stay_as_they_are(net):
-    """A source that is weight-quantized itself has no float original to give back."""
-    model, calibrated, _ = net
-    hybrid_source = _q(calibrated, float_ops=sorted({op for op, _, _ in _ops(model)}))
-    assert tn.float_weights_back(hybrid_source, hybrid_source) == (hybrid_source, [])
+def test_weights_with_no_float_original_stay_as_they_are(net, hybrid):
+    """A source that is weight-quantized itself has no float original to give back; given the
+    float source, the same hybrid op gets its weights back."""
+    model, _, _ = net
+    assert tn.float_weights_back(hybrid, hybrid) == (hybrid, [])
+    restored, fixed = tn.float_weights_back(hybrid, model)
+    assert [label.split()[1] for label in fixed] == ["TRANSPOSE_CONV"] and restored != hybrid
 
 
 def test_the_activation_a_float_op_feeds_is_float_too(net):

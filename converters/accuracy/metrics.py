@@ -726,6 +726,8 @@ def one_line(name: str, m: dict[str, Any]) -> str:
             "state_error_end", "state_error_mean")
     if "groups" in m:
         return "; ".join(one_line(f"{name}/{g}", gm) for g, gm in m["groups"].items())
+    if "object_f1" in m.get("objects", {}):  # a declared head's objects, judged beside this output
+        m = {**m, "object_f1": m["objects"]["object_f1"]}
     shown = [f"{k.replace('_', ' ')} {m[k]}" for k in keys if k in m]
     if m.get("not_judged"):
         shown.append(f"not judged: {m['not_judged']}")

@@ -448,7 +448,8 @@ def activations_float(graph: Any, recipe: Recipe) -> Recipe:
     range and again at the ReLU's: two roundings where a fused pair has one, and the first on a
     range twice as wide. MediaPipe's selfie segmenter, with every op float but its second ReLU:
     one QUANTIZE at scale 0.61 then the ReLU's at 0.27, and a close-up's mean person probability
-    fell from 0.95 to 0.01; that ReLU's output rounded once (ONNX Runtime's fused QDQ) kept 0.92.
+    fell from 0.95 to 0.01; rounded once at the ReLU's scale (a Q/DQ pair at its output in the
+    float ONNX form, run in ONNX Runtime: what a fused convolution + ReLU quantizes) it kept 0.92.
     Hard-swish, sigmoid and tanh have no fused form, but the same holds: float after a float op,
     the island ends after them, where the one rounding their reader needs happens anyway.
 

