@@ -3,8 +3,10 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
+# test-fast's pytest-xdist workers: one per core (the host CI runs on has two).
+FAST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: quickstart test test-arm64 test-device bench clean
+.PHONY: quickstart test test-fast test-arm64 test-device bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,9 +20,16 @@ quickstart: $(VENV)/.installed
 	$(BIN)/edge-sdk doctor
 	$(BIN)/python examples/quickstart.py --out quickstart-out
 
-## 2. Set up, then run the whole test suite (what .ci/run calls).
+## 2. Set up, then run the whole test suite (what .ci/run calls). The 25 slowest tests close every run.
 test: $(VENV)/.installed
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=25
+
+## The contributor's loop: every test but the two real-model matrices (tests/realmodels/test_practice.py,
+## test_wider.py; `pytest tests/realmodels -k MODEL` runs one model's), on two workers. The emulated aarch64
+## check and the device venvs are their own targets below. CONTRIBUTING.md has the times.
+test-fast: $(VENV)/.installed
+	$(BIN)/pytest -n $(FAST_WORKERS) --dist loadfile --durations=25 \
+	    --ignore=tests/realmodels/test_practice.py --ignore=tests/realmodels/test_wider.py
 
 ## The device side on aarch64, emulated (qemu-user in a cached Debian arm64 root; needs root and the
 ## package registries): every runtime extra in its own venv, parity with x86 -> docs/arm64.md.

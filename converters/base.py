@@ -33,6 +33,17 @@ def cpu_seconds() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
+def waiting_seconds() -> float:
+    """Time this process's main thread has spent runnable but waiting for a CPU (Linux's
+    ``/proc/self/schedstat``, second field; 0.0 where the kernel does not say): what other work on a
+    busy machine added to this process's wall time."""
+    try:
+        with open("/proc/self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def reuse(job: "ConvertJob", what: str, cost: dict[str, float]) -> None:
     """Record that ``job`` reused work another profile did (``cost``: its ``seconds`` and
     ``cpu_s``). Recovery's default budget counts it as the baseline's own, so that a profile's

@@ -39,24 +39,54 @@ def npy(tmp_path):
     return p
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cases(*names): the real-model matrix cases a test reads "
+                            "(tests/realmodels; a test without it reads every case of its matrix)")
+
+
+def _matrix_cases(item) -> set[str] | None:
+    """The matrix cases a real-model test reads: its ``name`` parameter, its ``cases`` marker, or
+    None (every case of its matrix)."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and "name" in callspec.params:
+        return {callspec.params["name"]}
+    mark = item.get_closest_marker("cases")
+    return set(mark.args) if mark else None
+
+
+def pytest_itemcollected(item):
+    """A real-model test answers ``-k`` to the names of the cases it reads, so ``-k nudenet_yolov8``
+    selects that model's tests (and the matrix then converts that model alone)."""
+    cases = _matrix_cases(item)
+    if cases and Path(str(item.fspath)).parent.name == "realmodels":
+        item.extra_keyword_matches.update(cases)
+
+
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection: only what will run
 def pytest_collection_modifyitems(session, config, items):
     """The real-model conversion matrices (tests/realmodels/background.py) start now, each in its
-    own process, and their tests move to the end of the session: they convert while the rest of
-    the suite runs, and their tests find them done or nearly."""
+    own process converting only the cases the selected tests read, and their tests move to the end
+    of the session: they convert while the rest of the suite runs, and their tests find them done
+    or nearly."""
     if config.option.collectonly:
         return
     sys.path.insert(0, str(REPO / "tests" / "realmodels"))
     import background
 
-    sets = {}
+    sets: dict[str, list] = {}
+    wanted: dict[str, set[str] | None] = {}
     for item in items:
         name = background.MODULES.get(Path(str(item.fspath)).name)
         if name:
             sets.setdefault(name, []).append(item)
+            cases = _matrix_cases(item)
+            if cases is None or wanted.get(name, set()) is None:
+                wanted[name] = None
+            else:
+                wanted[name] = wanted.get(name, set()) | cases
     if not sets:
         return
     waiting = {id(i) for group in sets.values() for i in group}
     items[:] = [i for i in items if id(i) not in waiting] + [i for group in sets.values() for i in group]
     factory = getattr(config, "_tmp_path_factory", None)
-    background.start(sets, factory.mktemp("realmodels") if factory else None)
+    background.start(wanted, factory.mktemp("realmodels") if factory else None)

@@ -384,11 +384,53 @@ def test_the_budgets_floor_is_wall_seconds_at_the_baselines_parallelism(tmp_path
     loop = Loop(ctx, "onnx-qdq", RecoveryConfig())
     loop.steps = [{"recipe": "baseline", "seconds": 2.0, "cpu_s": 24.0}]  # 12 threads busy
     assert min_budget(loop) == 12 * MIN_BUDGET_S
-    loop.steps = [{"recipe": "baseline", "seconds": 2.0, "cpu_s": 1.2}]  # a busy machine: less than a core
+    loop.steps = [{"recipe": "baseline", "seconds": 2.0, "cpu_s": 1.2}]  # less than a core
     assert min_budget(loop) == MIN_BUDGET_S
+    # The same baseline on a machine busy with other work: it waited half its wall time for a CPU.
+    # The floor is what the baseline's own threads ran at, not what the load left it.
+    loop.steps = [{"recipe": "baseline", "seconds": 4.0, "cpu_s": 3.2, "wait_s": 2.0}]
+    assert min_budget(loop) == pytest.approx(1.6 * MIN_BUDGET_S)
+    loop.steps = [{"recipe": "baseline", "seconds": 4.0, "cpu_s": 3.2, "wait_s": 3.99}]  # never past 4x the plain ratio
+    assert min_budget(loop) == pytest.approx(3.2 * MIN_BUDGET_S)
     wall = Loop(ctx, "onnx-qdq", RecoveryConfig(budget_s=5))
     wall.steps = [{"recipe": "baseline", "seconds": 2.0, "cpu_s": 24.0}]
     assert min_budget(wall) == MIN_BUDGET_S
+
+
+@pytest.mark.skipif(not Path("/proc/self/schedstat").is_file(), reason="the kernel keeps no run-queue time here")
+def test_waiting_for_a_cpu_is_measured_on_a_busy_machine():
+    """What ``min_budget`` subtracts: the main thread's run-queue time grows while more busy
+    processes than CPUs compete with it, and stays near zero while it sleeps."""
+    import multiprocessing
+    import os
+    import time
+
+    from edge_sdk.converters.base import waiting_seconds
+
+    w0 = waiting_seconds()
+    time.sleep(0.2)
+    assert 0 <= waiting_seconds() - w0 < 0.1
+    burners = [multiprocessing.get_context("fork").Process(target=_burn, args=(1.5,))
+               for _ in range(2 * (os.cpu_count() or 1))]
+    for b in burners:
+        b.start()
+    try:
+        w0, t0 = waiting_seconds(), time.perf_counter()
+        while time.perf_counter() - t0 < 1.0:
+            sum(range(1000))
+        waited = waiting_seconds() - w0
+    finally:
+        for b in burners:
+            b.join()
+    assert 0.1 < waited < 1.0, waited
+
+
+def _burn(seconds: float) -> None:
+    import time
+
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        sum(range(1000))
 
 
 def _quantized_digits(tmp_path, symmetric=True):

@@ -6,7 +6,11 @@ Each matrix is the same code the docs are generated with (``matrix.run_all``, ``
 only where it runs changes. Recovery's default budget counts CPU seconds, which sharing the
 machine with the unit tests moves far less than wall time (``converters/recovery``, ``Loop``).
 
-    python tests/realmodels/background.py practice|wider ROOT OUT.json
+Only the cases the selected tests read are converted (``-k nudenet_yolov8`` converts that model
+alone: ``conftest.py`` gives every real-model test its cases as keywords), and each case's result
+comes from, or goes into, the cache outside the clone (``cache.py``) as it finishes.
+
+    python tests/realmodels/background.py practice|wider ROOT OUT.json [CASE,CASE,...]
 """
 
 from __future__ import annotations
@@ -28,18 +32,21 @@ MODULES = {"test_practice.py": "practice", "test_wider.py": "wider"}
 _jobs: dict[str, dict[str, Any]] = {}
 
 
-def start(names: set[str] | list[str], base: Path | None = None) -> None:
+def start(names: dict[str, set[str] | None] | set[str] | list[str], base: Path | None = None) -> None:
     """Start the matrices in ``names`` (once per session) in their own processes, each converting
-    under ``base/<name>`` (pytest's session temp folder; a new temp folder without one)."""
-    for name in sorted(set(names) - set(_jobs)):
+    under ``base/<name>`` (pytest's session temp folder; a new temp folder without one). ``names``
+    maps a matrix to the cases to convert (None: every case)."""
+    wanted = names if isinstance(names, dict) else dict.fromkeys(names)
+    for name in sorted(set(wanted) - set(_jobs)):
         if base is not None:
             work = Path(base) / name
             work.mkdir(parents=True, exist_ok=True)
         else:
             work = Path(tempfile.mkdtemp(prefix=f"edge-sdk-{name}-"))
         log = open(work / "log.txt", "wb")  # noqa: SIM115 - closed when the job is collected
+        cases = wanted[name]
         proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), name, str(work / "root"),
-                                 str(work / "out.json")], stdout=log, stderr=subprocess.STDOUT,
+                                 str(work / "out.json"), ",".join(sorted(cases)) if cases else ""], stdout=log, stderr=subprocess.STDOUT,
                                 cwd=str(HERE.parents[1]), env={**os.environ, "PYTHONUNBUFFERED": "1"})
         _jobs[name] = {"proc": proc, "work": work, "log": log, "started": time.time()}
 
@@ -77,18 +84,20 @@ def _stop() -> None:
                 job["proc"].kill()
 
 
-def _run(name: str, root: Path, out: Path) -> None:
+def _run(name: str, root: Path, out: Path, only: set[str] | None = None) -> None:
     sys.path.insert(0, str(HERE))
     import matrix
 
     t0 = time.time()
     if name == "practice":
-        cases = matrix.run_all(matrix.CASES, root)
-        data = {"cases": cases, "pipeline": matrix.run_pipeline(root)}
+        cases = matrix.run_all([c for c in matrix.CASES if not only or c.name in only], root)
+        data = {"cases": cases}
+        if not only or matrix.MEL_CASE.name in only:
+            data["pipeline"] = matrix.run_pipeline_cached(root)
     else:
         import wider
 
-        data = {"cases": matrix.run_all(wider.CASES, root)}
+        data = {"cases": matrix.run_all([c for c in wider.CASES if not only or c.name in only], root)}
     data["seconds"] = round(time.time() - t0, 1)
     tmp = out.with_suffix(".part")
     tmp.write_text(json.dumps(data, default=str))
@@ -97,4 +106,5 @@ def _run(name: str, root: Path, out: Path) -> None:
 
 
 if __name__ == "__main__":
-    _run(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]))
+    _run(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]),
+         set(filter(None, sys.argv[4].split(","))) if len(sys.argv) > 4 else None)

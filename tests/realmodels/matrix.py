@@ -236,8 +236,36 @@ def run_case(case: Case, root: Path, profiles: list[str] | None = None, **extra)
 
 
 def run_all(cases: list[Case], root: Path) -> dict[str, dict[str, Any]]:
-    """:func:`run_case` for each case, by name (the tests convert each set once per session)."""
-    return {case.name: run_case(case, root) for case in cases}
+    """:func:`run_case` for each case, by name, each read from or written to the matrix cache
+    (``cache.py``) as it finishes; without a cache each converts under ``root``."""
+    return {case.name: run_cached(case, root) for case in cases}
+
+
+def run_cached(case: Case, root: Path, profiles: list[str] | None = None) -> dict[str, Any]:
+    """:func:`run_case`, from the matrix cache when nothing that decides it has changed."""
+    import cache
+
+    extra = {"profiles_asked": profiles} if profiles else None
+    return cache.cached(case.name, cache.case_key(case, extra), lambda r: run_case(case, r, profiles), root)
+
+
+def run_pipeline_cached(root: Path, profiles: list[str] | None = None) -> dict[str, Any]:
+    """:func:`run_pipeline` through the cache: its key is both models' (the embedding case's
+    conversion is the cached one, linked into the pipeline's root)."""
+    import cache
+
+    emb_case = next(c for c in CASES if c.name == EMBEDDING_CASE)
+    emb = run_cached(emb_case, root, profiles)
+
+    def run(r: Path) -> dict[str, Any]:
+        link = r / EMBEDDING_CASE
+        if Path(emb["work"]).resolve() != link.resolve():
+            link.symlink_to(Path(emb["work"]).resolve(), target_is_directory=True)
+        return run_pipeline(r, profiles)
+
+    key = cache.key_of({"mel": cache.case_key(MEL_CASE), "embedding": cache.case_key(emb_case),
+                        "profiles_asked": profiles})
+    return cache.cached("pipeline", key, run, root)
 
 
 def published_task_failures(rows: list[dict[str, Any]]) -> list[tuple]:
@@ -369,7 +397,7 @@ def main() -> None:
     for case in CASES:
         if args.case and case.name not in args.case:
             continue
-        res = run_case(case, Path(args.root), args.profile)
+        res = run_cached(case, Path(args.root), args.profile)
         if args.compare_plain:  # the same conversion without recovery, for the time ratio in the docs
             plain = run_case(case, Path(args.root) / "plain", args.profile, recover="off")
             res["plain_seconds"] = plain["seconds"]
@@ -378,9 +406,7 @@ def main() -> None:
             print(json.dumps({k: r.get(k) for k in ("model", "profile", "format", "status", "gate_passed", "task_passed", "task")}))
     pipe = None
     if not args.case or EMBEDDING_CASE in args.case or MEL_CASE.name in args.case:
-        if not (Path(args.root) / EMBEDDING_CASE / "rows.json").is_file():
-            run_case(next(c for c in CASES if c.name == EMBEDDING_CASE), Path(args.root), args.profile)
-        pipe = run_pipeline(Path(args.root), args.profile)
+        pipe = run_pipeline_cached(Path(args.root), args.profile)
         results.append(pipe["mel"])
         for r in pipe["rows"]:
             print(json.dumps(r))

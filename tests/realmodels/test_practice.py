@@ -101,6 +101,7 @@ def test_float_tflite_sources_take_no_onnx_detour(results, name):
             assert r["route"].startswith("tflite (float)") and "onnx2tf" not in r["route"], r["route"]
 
 
+@pytest.mark.cases("openwakeword_embedding_tflite")
 def test_onnx_int8_on_x86_computes_what_the_device_computes(results):
     """ONNX Runtime's x86 default (int8 activations turned uint8) moved the openWakeWord embedding
     well away from its QDQ semantics; the facade keeps int8 x int8 as ARM and TensorRT do, so its
@@ -137,6 +138,7 @@ def test_onnx_int8_on_x86_computes_what_the_device_computes(results):
         assert "s8s8" in str(details), details
 
 
+@pytest.mark.cases("openwakeword_melspectrogram", "openwakeword_embedding")
 def test_melspectrogram_to_embedding_pipeline(practice):
     """openWakeWord's two ONNX models chained int8 end to end (issue #18): each profile's int8
     melspectrogram artifact feeds its int8 embedding artifact. Where both are published the chain

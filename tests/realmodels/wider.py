@@ -130,7 +130,7 @@ def main() -> None:
     for case in CASES:
         if args.case and case.name not in args.case:
             continue
-        res = M.run_case(case, Path(args.root), args.profile)
+        res = M.run_cached(case, Path(args.root), args.profile)
         results.append(res)
         for r in res["rows"]:
             print(json.dumps({k: r.get(k) for k in ("model", "profile", "format", "status", "gate_passed", "task_passed", "task")}))
