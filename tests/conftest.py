@@ -64,10 +64,10 @@ def pytest_itemcollected(item):
 
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection: only what will run
 def pytest_collection_modifyitems(session, config, items):
-    """The real-model conversion matrices (tests/realmodels/background.py) start now, each in its
-    own process converting only the cases the selected tests read, and their tests move to the end
-    of the session: they convert while the rest of the suite runs, and their tests find them done
-    or nearly."""
+    """The real-model conversion matrices (tests/realmodels/background.py) start now: worker
+    processes convert the cases the selected tests read, longest first, and those tests move to the
+    end of the session: they convert while the rest of the suite runs, and their tests find them
+    done or nearly."""
     if config.option.collectonly:
         return
     sys.path.insert(0, str(REPO / "tests" / "realmodels"))

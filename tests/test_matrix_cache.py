@@ -37,9 +37,12 @@ def env(tmp_path, monkeypatch):
         copy = tmp_path / "pkg" / root.name
         shutil.copytree(root, copy, ignore=shutil.ignore_patterns("__pycache__"))
         roots.append(copy)
+    here = tmp_path / "realmodels"
+    shutil.copytree(cache.HERE, here, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(cache, "HERE", here)
     model = tmp_path / "toy.onnx"
     model.write_bytes(b"model bytes v1")
-    state = {"roots": roots, "model": model, "dists": {"onnxruntime": "1.23.0", "numpy": "1.26.4"},
+    state = {"roots": roots, "here": here, "model": model, "dists": {"onnxruntime": "1.23.0", "numpy": "1.26.4"},
              "flags": ["avx", "avx2", "fma", "sse4_2"]}
     monkeypatch.setattr(cache, "package_roots", lambda: state["roots"])
     monkeypatch.setattr(cache, "distributions", lambda: dict(state["dists"]))
@@ -86,6 +89,19 @@ def test_a_device_profile_or_a_runtime_change_changes_the_key(env):
     runtime = next(r for r in env["roots"] if r.name == "runtimes") / "facade.py"
     runtime.write_text(runtime.read_text() + "#")
     assert _key() not in (first, second)
+
+
+def test_what_makes_or_judges_the_data_changes_the_key_and_the_assertions_do_not(env):
+    """tests/realmodels: the data, the task checks and the matrix decide a result; the test modules'
+    assertions, the workers' scheduler and the ISA check do not (changing them converts nothing again)."""
+    first = _key()
+    for name in ("test_wider.py", "test_practice.py", "background.py", "hostisa.py"):
+        f = env["here"] / name
+        f.write_text(f.read_text() + "\n# another assertion\n")
+    assert _key() == first
+    tasks = env["here"] / "tasks.py"
+    tasks.write_text(tasks.read_text().replace("0.05", "0.06", 1))
+    assert _key() != first
 
 
 def test_a_dependency_version_changes_the_key(env):

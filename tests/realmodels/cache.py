@@ -6,7 +6,8 @@ and an unchanged model is never converted twice. The key (:func:`case_key`) cove
 
 - the model file's sha256 and every pinned practice file's (the data is made from them by code);
 - every source file of the installed ``edge_sdk`` package (``edge_sdk``, ``edge_sdk.converters``,
-  ``edge_sdk.runtimes``, the device profiles) and of ``tests/realmodels/`` (data, tasks, matrices);
+  ``edge_sdk.runtimes``, the device profiles) and of ``tests/realmodels/`` (data, tasks, matrices,
+  pins; not the test modules' assertions nor the workers' scheduler: :data:`NOT_DECIDING`);
 - the name and version of every installed distribution;
 - this CPU's ISA flags (int8 kernels, and so gate figures and what recovery finds, differ by ISA);
 - the case itself (name, model, profiles, sample counts, convert arguments).
@@ -41,15 +42,22 @@ def cache_dir() -> Path | None:
     return Path(env) if env else Path.home() / ".cache" / "edge-sdk-practice" / "results"
 
 
-def _tree_digest(roots: list[Path]) -> dict[str, str]:
-    """sha256 of every source file under ``roots`` (``__pycache__`` and hidden folders skipped),
-    by path relative to its root."""
+#: tests/realmodels files that decide no result: the tests' assertions, the scheduler of the
+#: matrices' workers, the host's ISA check (every other file there - data, tasks, matrices, the
+#: practice set's pins, this key - is part of the key).
+NOT_DECIDING = ("test_*.py", "background.py", "hostisa.py")
+
+
+def _tree_digest(roots: list[Path], skip: tuple[str, ...] = ()) -> dict[str, str]:
+    """sha256 of every source file under ``roots`` (``__pycache__``, hidden folders and names
+    matching ``skip`` left out), by path relative to its root."""
     out = {}
     for root in roots:
         for p in sorted(root.rglob("*")):
             rel = p.relative_to(root)
             if not p.is_file() or p.suffix not in SOURCE_SUFFIXES or any(
-                    part == "__pycache__" or part.startswith(".") for part in rel.parts):
+                    part == "__pycache__" or part.startswith(".") for part in rel.parts) or any(
+                    p.match(pattern) for pattern in skip):
                 continue
             out[f"{root.name}/{rel.as_posix()}"] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
@@ -90,7 +98,7 @@ def environment_parts() -> dict[str, Any]:
     """What every case's key shares: code, dependencies, CPU (computed once per process)."""
     from practice import MEMBERS
 
-    return {"package": _tree_digest(package_roots()), "realmodels": _tree_digest([HERE]),
+    return {"package": _tree_digest(package_roots()), "realmodels": _tree_digest([HERE], NOT_DECIDING),
             "distributions": distributions(), "cpu_flags": cpu_flags(),
             "pinned": {name: m.sha256 for name, m in sorted(MEMBERS.items())}}
 
