@@ -50,7 +50,9 @@ def workers() -> int:
     as the unit tests run beside them)."""
     env = os.environ.get("EDGE_SDK_MATRIX_WORKERS")
     if env:
-        return max(1, int(env))
+        if not env.isdigit() or int(env) < 1:
+            raise RuntimeError(f"EDGE_SDK_MATRIX_WORKERS must be a whole number >= 1, got {env!r}")
+        return int(env)
     return max(1, min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
@@ -73,11 +75,10 @@ def plan(wanted: dict[str, set[str] | None]) -> list[dict[str, str]]:
     return sorted(jobs, key=lambda j: (j["case"] == PIPELINE, -COST.get(j["case"], 60)))
 
 
-def start(names: dict[str, set[str] | None] | set[str] | list[str], base: Path | None = None) -> None:
-    """Queue the cases of the matrices in ``names`` (a matrix -> the cases to convert, None for every
+def start(wanted: dict[str, set[str] | None], base: Path | None = None) -> None:
+    """Queue the cases of the matrices in ``wanted`` (a matrix -> the cases to convert, None for every
     case) and start the workers, once per session, under ``base`` (pytest's session temp folder; a
     new temp folder without one)."""
-    wanted = names if isinstance(names, dict) else dict.fromkeys(names)
     if "queue" in _session:  # started already: nothing may be queued twice
         missing = set(wanted) - set(_session["wanted"])
         if missing:
@@ -153,17 +154,12 @@ def _claim(queue: Path, job: dict[str, str]) -> bool:
         return False
 
 
-def _wait_for(path: Path, claim: Path, poll: float = 2.0, limit: float = 3600.0) -> bool:
-    """Wait until ``path`` exists; False when nobody claimed it (nothing will write it) or after
-    ``limit`` seconds (its worker may have died)."""
-    if not claim.exists():
-        return False
+def _wait_for(path: Path, claim: Path, poll: float = 2.0, limit: float = 3600.0) -> None:
+    """Wait until ``path`` exists, unless nobody claimed it (nothing will write it), or for at most
+    ``limit`` seconds (its worker may have died): the caller then does the work itself."""
     t0 = time.time()
-    while not path.exists():
-        if time.time() - t0 > limit:
-            return False
+    while claim.exists() and not path.exists() and time.time() - t0 < limit:
         time.sleep(poll)
-    return True
 
 
 def _work(queue: Path) -> None:

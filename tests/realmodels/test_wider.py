@@ -316,9 +316,9 @@ def test_a_streaming_vad_holds_over_a_long_stream(results):
     that keeps its decisions over an unseen 77 s stream (test_every_published_artifact_does_its_task)
     and most of its convolutions int8. onnx2tf cannot convert its LSTM with a state (the int8 TFLite
     fails with that reason on arm-cpu and Coral). OpenVINO's row was measured on the Intel Xeon
-    (AVX-512 VNNI, AMX); on an AVX2-only EPYC its search takes 35 of its 45 CPU seconds alone, and
-    beside the rest of the suite it ran out and was refused (its decisions agreed on 70.5% of 2,400
-    steps, so the task failed too): there it is held to a verdict its task agrees with (hostisa)."""
+    (AVX-512 VNNI, AMX); on an AVX2-only EPYC its passing candidate came at 35-40 CPU seconds of a
+    45-60 budget, and in the run issue 53 reports (a full suite on such a host) it was refused with its
+    task failing too: there it is held to a verdict its task agrees with (hostisa)."""
     from edge_sdk.manifest import read_manifest
 
     res = results["silero_vad"]
