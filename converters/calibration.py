@@ -40,6 +40,7 @@ from edge_sdk.errors import CalibrationError, EdgeSDKError
 from edge_sdk.manifest import TensorSpec
 
 from .base import Feed
+from .data_checks import check_samples
 from .shapes import image_layout
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm"}
@@ -567,9 +568,10 @@ def load_calibration(calib, inputs: list[TensorSpec], shapes: dict[str, list[int
         hold_idx = set(order[:n_hold].tolist())
         cal = [f for i, f in enumerate(samples) if i not in hold_idx]
         hold = [f for i, f in enumerate(samples) if i in hold_idx]
-    flat = [f for s in samples for f in s] if streams else samples
-    if kind != "random" and flat and all(float(np.ptp(np.stack([f[k] for f in flat]))) == 0.0 for k in flat[0]):
-        warnings.append("every calibration sample is the same constant value: the int8 ranges will not fit real inputs")
+    if kind != "random":  # data that cannot represent the model is refused (see data_checks)
+        warnings += check_samples(samples, inputs, _describe(calib), streams=streams)
+        if validation is not None:
+            warnings += check_samples(hold, inputs, _describe(validation), streams=streams, what="validation")
     if kind != "random" and len(cal) < min_samples and not streams:
         held = f" (after holding back {n_hold} for the accuracy gate)" if n_hold else ""
         warnings.append(f"only {len(cal)} calibration sample(s){held}; "

@@ -33,6 +33,7 @@ from . import accuracy as acc
 from .base import FORMATS, SourceModel
 from .build import BuildContext, build_profile
 from .calibration import CalibrationSet, load_calibration
+from .data_checks import reference_warning, thin_data_warning
 from .openvino_bake import BakeRequest, parse_bake
 from .openvino_bake import check_profiles as check_bake_profiles
 from .heads import postprocess as postprocess_for
@@ -477,6 +478,11 @@ def _prepare(source: SourceModel, shapes: StaticShapes, prof: Profile, calib, ca
     kinds = acc.infer_kinds(source.outputs, ref, _graph(source, onnx), declared, streams)
     for row in acc.kinds_table(kinds):
         log(f"output {row['output']}: {row['kind']} ({row['source']}: {row['reason']})")
+    if cs.calibrated:  # what the held-back samples can show (data_checks)
+        for w in (reference_warning(ref, cs.info["holdout_source"]), thin_data_warning(kinds, ref, prof.accuracy, cs.info)):
+            if w:
+                cs.warnings.append(w)
+                log(f"warning: {w}")
     return Prepared(shapes, cs, ref, runtime, kinds, onnx, tflite)
 
 

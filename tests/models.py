@@ -83,6 +83,19 @@ def write_constant_images(folder: str | Path, n: int = 40, size: int = 32, value
     return folder
 
 
+def write_dim_images(folder: str | Path, n: int = 40, size: int = 32, top: int = 6, seed: int = SEED) -> Path:
+    """Write ``n`` distinct noise PNGs with every pixel in ``0..top``: data the checks accept (it
+    varies, no two alike) whose int8 ranges still fit no real image, so the gate must fail."""
+    from PIL import Image
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for i in range(n):
+        Image.fromarray(rng.integers(0, top + 1, (size, size, 3), dtype=np.uint8)).save(folder / f"dim_{i:03d}.png")
+    return folder
+
+
 def cnn_feeds(n: int = 40, seed: int = SEED) -> np.ndarray:
     """Float inputs for the CNN: ``[n, 32, 32, 3]`` in 0..1 (same scaling as ``scale=1/255``)."""
     images, _ = digit_images(n, CNN_SHAPE[1], seed)

@@ -69,11 +69,14 @@ def test_npy_folder_per_input_name(tmp_path):
 
 
 def test_separate_validation_data_is_used_for_the_gate(tmp_path):
-    calib = write_constant_images(tmp_path / "const", n=6)
+    calib = write_image_folder(tmp_path / "calib", n=6, seed=1)
     val = write_image_folder(tmp_path / "val", n=5)
     cs = load_calibration(calib, IMG, IMG_SHAPES, holdout_fraction=0.2, validation=val)
     assert len(cs.calib) == 6 and len(cs.holdout) == 5
-    assert any("same constant value" in w for w in cs.warnings)
+    # A constant calibration set is refused before the validation data is read (tests/test_data_checks.py).
+    with pytest.raises(CalibrationError, match="input 'image' is the same in all 6 sample"):
+        load_calibration(write_constant_images(tmp_path / "const", n=6), IMG, IMG_SHAPES, holdout_fraction=0.2,
+                         validation=val)
     assert cs.info["holdout_source"] == str(val)
 
 

@@ -17,7 +17,7 @@ from edge_sdk.converters.base import FORMATS
 from edge_sdk.errors import (AccuracyGateError, CalibrationError, InputValidationError, ModelLoadError, ProfileError)
 from edge_sdk.manifest import read_manifest
 
-from models import onnx_cnn, two_io_feeds, two_io_onnx, write_constant_images, write_image_folder, write_npz
+from models import onnx_cnn, two_io_feeds, two_io_onnx, write_constant_images, write_dim_images, write_image_folder, write_npz
 
 pytestmark = pytest.mark.slow
 REPO_PROFILES = Path(__file__).resolve().parents[1] / "device_profiles"
@@ -36,6 +36,7 @@ def data(tmp_path_factory):
         "images": write_image_folder(root / "images", n=120),
         "val": write_image_folder(root / "val", n=40, seed=77),
         "const": write_constant_images(root / "const", n=40),
+        "dim": write_dim_images(root / "dim", n=40),
     }
 
 
@@ -137,12 +138,23 @@ def test_jetson_manifest_says_how_to_build_the_engine(must_show):
     assert any("tensorrt is not importable" in w for w in m.warnings)
 
 
-def test_gate_fails_on_constant_calibration_and_writes_nothing(data, tmp_path):
+def test_constant_calibration_is_refused_before_anything_converts(data, tmp_path):
     from conftest import run_cli
 
     out = tmp_path / "out"
     proc = run_cli("convert", str(data["cnn"]), "--profile", "jetson-orin", "--profile", "intel-cpu", "--out", str(out),
                    "--calib", str(data["const"]), "--val", str(data["val"]), "--json", "--recover", "off")
+    assert proc.returncode == 6, proc.stderr[-2000:]
+    assert "input 'image' is the same in all 40 sample(s)" in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_gate_fails_on_unrepresentative_calibration_and_writes_nothing(data, tmp_path):
+    from conftest import run_cli
+
+    out = tmp_path / "out"
+    proc = run_cli("convert", str(data["cnn"]), "--profile", "jetson-orin", "--profile", "intel-cpu", "--out", str(out),
+                   "--calib", str(data["dim"]), "--val", str(data["val"]), "--json", "--recover", "off")
     assert proc.returncode == 7, proc.stderr[-2000:]
     assert "Accuracy gate failed" in proc.stderr and "top-1 agreement" in proc.stderr and "Traceback" not in proc.stderr
     report = json.loads(proc.stdout)
@@ -165,7 +177,7 @@ def test_gate_passes_on_good_calibration_with_the_same_validation(data, tmp_path
 
 
 def test_allow_accuracy_drop_publishes_and_records_the_failure(data, tmp_path):
-    s = edge_sdk.convert(data["cnn"], "jetson-orin", tmp_path / "out", calib=data["const"], validation=data["val"],
+    s = edge_sdk.convert(data["cnn"], "jetson-orin", tmp_path / "out", calib=data["dim"], validation=data["val"],
                          allow_accuracy_drop=True, recover="off", progress=None)
     m = read_manifest(tmp_path / "out" / "jetson-orin")
     assert s.profiles[0].gate == "failed" and s.profiles[0].published
@@ -272,7 +284,7 @@ def test_an_op_the_tools_cannot_run_is_one_clear_error(tmp_path):
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
     onnx.save(model, str(tmp_path / "custom.onnx"))
-    np.save(tmp_path / "x.npy", np.ones((4, 1, 4), np.float32)[:, 0])
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).uniform(0, 1, (4, 4)).astype(np.float32))
     with pytest.raises((ConversionError, ModelLoadError)) as err:
         edge_sdk.convert(tmp_path / "custom.onnx", "intel-cpu", tmp_path / "out", calib=tmp_path / "x.npy", progress=None)
     assert "FancyWarp" in err.value.message or "com.example" in err.value.message, err.value.message
