@@ -30,6 +30,7 @@ from edge_sdk.profiles import Profile
 
 from . import accuracy as acc
 from .base import FORMATS, FormatResult, SourceModel
+from .int8_compute import label
 from .openvino_bake import bake_formats
 from .publish import drop_formats, keep_rejected
 from .recovery import Recovery, RecoveryConfig, convert_format, copy_into
@@ -124,6 +125,8 @@ def _build(ctx: BuildContext, final: Path, stage: Path) -> ProfileSummary:
     for fmt, r in reports.items():
         where = f"{r['backend']}/{r['device']}" + ("" if r["native"] else " (CPU stand-in)")
         ctx.say(f"{fmt} gate on {where}: {acc.report_figures(r)}")
+        if r.get("int8_compute"):
+            ctx.say(f"{fmt} int8 compute: {label(r['int8_compute'])} of the compute ops (convolutions, matmuls) run in int8")
         ctx.say(f"{fmt} gate: " + ("passed" if r["passed"] else "FAILED: " + "; ".join(r["failures"])))
     passed = [f for f in results if reports[f]["passed"] or not cs.calibrated]
     failing = [f for f in results if f not in passed]
@@ -142,7 +145,7 @@ def _build(ctx: BuildContext, final: Path, stage: Path) -> ProfileSummary:
         status = "published" if f in passed else ("kept" if ctx.allow_drop else "gate_failed")
         why = "" if f in passed else "; ".join(reports[f]["failures"])
         outcomes[f] = FormatOutcome(f, status, why, acc.report_figures(reports[f]), results[f].route,  # type: ignore[arg-type]
-                                    "" if f in passed else recs[f].advice)
+                                    "" if f in passed else recs[f].advice, dict(reports[f].get("int8_compute") or {}))
     ordered = [outcomes[f] for f in ctx.profile.artifact.formats if f in outcomes]
     publish = list(results) if ctx.allow_drop else passed
     if not publish:

@@ -227,7 +227,7 @@ def reference_warning(ref: list[dict[str, np.ndarray]], where: str) -> str | Non
         flat.append(f"{name} {'every value ' + format(float(stack.flat[0]), 'g') if spread == 0 else f'moves at most {spread:.2g}'}")
     return (f"held-back data {where}: the float model gives the same outputs on all {len(ref)} held-back samples "
             f"({'; '.join(flat)}): the accuracy gate cannot tell a broken int8 model from a good one on them. "
-            "Hold back (or pass with --validation) samples on which the model's answer differs: several classes, "
+            "Hold back (or pass with --val) samples on which the model's answer differs: several classes, "
             "scenes with and without the object, speech with and without the wake word")
 
 

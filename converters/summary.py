@@ -31,6 +31,9 @@ class FormatOutcome:
         figures: The gate's one-line figures (when a gate ran).
         route: How the artifact was made.
         advice: When the gate failed after recovery: what to try next, from what the search did.
+        int8_compute: Of the artifact's compute ops (convolutions, matmuls), how many run in int8,
+            read from the file: ``compute_ops``, ``int8_ops``, ``share``, ``float_ops``
+            (:mod:`~.int8_compute`); empty where not known.
     """
 
     format: str
@@ -39,6 +42,7 @@ class FormatOutcome:
     figures: str = ""
     route: str = ""
     advice: str = ""
+    int8_compute: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -96,16 +100,18 @@ class ConvertSummary:
 
     def table(self) -> list[str]:
         """The final profile x format table (plain text lines)."""
-        rows = [("profile", "format", "result", "why / figures")]
+        from .int8_compute import label
+
+        rows = [("profile", "format", "result", "int8 compute", "why / figures")]
         labels = {"published": "published", "kept": "KEPT (gate failed)", "gate_failed": "gate FAILED",
                   "conversion_failed": "conversion FAILED"}
         for p in self.profiles:
             if not p.outcomes:
-                rows.append((p.profile, "-", "conversion FAILED", p.error))
+                rows.append((p.profile, "-", "conversion FAILED", "-", p.error))
             for o in p.outcomes:
-                rows.append((p.profile, o.format, labels[o.status], o.reason or o.figures))
-        widths = [max(len(r[i]) for r in rows) for i in range(3)]
-        lines = [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}".rstrip() for r in rows]
+                rows.append((p.profile, o.format, labels[o.status], label(o.int8_compute), o.reason or o.figures))
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        lines = [("  ".join(f"{r[i]:<{widths[i]}}" for i in range(4)) + f"  {r[4]}").rstrip() for r in rows]
         for p in self.profiles:
             for o in p.outcomes:
                 if o.advice:

@@ -216,7 +216,7 @@ def run_case(case: Case, root: Path, profiles: list[str] | None = None, **extra)
     for p in summary.profiles:
         for o in p.outcomes:
             row = {"model": case.name, "profile": p.profile, "format": o.format, "status": o.status,
-                   "reason": o.reason, "figures": o.figures, "route": o.route}
+                   "reason": o.reason, "figures": o.figures, "route": o.route, "int8_compute": o.int8_compute}
             if o.status != "conversion_failed":
                 folder = Path(p.folder) if o.status in ("published", "kept") else Path(p.rejected)
                 with warnings.catch_warnings():

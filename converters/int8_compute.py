@@ -1,0 +1,271 @@
+"""How much of an "int8" artifact's compute really runs in int8 ("int8 means int8").
+
+A recipe that keeps every convolution float, a weights-only compression, a quantizer that
+skipped an op type: each still writes a file named int8. This module reads the artifact itself
+(no runtime, no TensorFlow) and counts its compute ops, the MAC-heavy ones (convolutions,
+matmuls, fully connected layers, recurrent cells), and how many of them take 8-bit inputs:
+
+* **ONNX QDQ**: the op's activation and weight inputs come from ``DequantizeLinear`` nodes whose
+  zero points are int8/uint8 (looking through reshapes and transposes), or the op is an integer
+  op itself (``QLinearConv``, ``ConvInteger``, ``MatMulInteger``...);
+* **OpenVINO IR**: each data input passes through a ``FakeQuantize`` of 255/256 levels, or is an
+  i8/u8 ``Constant`` decompressed by ``Convert`` (+ ``Subtract``) + ``Multiply`` (NNCF's compressed
+  weights), and at least one input (the activation) is fake-quantized: a weights-only
+  compression runs float compute. Read from the ``.xml`` with :mod:`xml.etree`, following edges;
+* **TFLite**: the op's activation and weight tensors are int8/uint8 (an int16 activation or a
+  hybrid float-activation op is not int8 compute).
+
+:func:`int8_share` never raises: a file it cannot read gives ``share: None`` and the error.
+
+Recorded per candidate in its gate report (``int8_compute``: the manifest's
+``accuracy.formats.<format>.int8_compute``), the summary table's ``int8 compute`` column and
+``--json``. Not yet a decision: a floor under which an int8 format is not published comes next
+(issue 55), once every practice and wider row's share is on record.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+#: The formats this module reads, and their model file's suffix.
+SUFFIX = {"onnx-qdq": ".onnx", "openvino-ir": ".xml", "tflite-int8": ".tflite"}
+#: Formats whose artifact is meant to compute in int8.
+INT8_FORMATS = frozenset(SUFFIX)
+#: How many float op types the result lists.
+LIST_TOP = 10
+
+ONNX_COMPUTE = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "LSTM", "GRU", "RNN",
+                          "DeformConv", "Attention", "MultiHeadAttention"})
+#: Integer ops: compute in int8 by construction.
+ONNX_INTEGER = frozenset({"QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger", "QGemm", "QAttention",
+                          "QLinearConvTranspose", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM",
+                          "MatMulIntegerToFloat"})
+ONNX_TRANSPARENT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+#: ONNX TensorProto data types of 8-bit integers (UINT8, INT8).
+ONNX_8BIT = frozenset({2, 3})
+
+OV_COMPUTE = frozenset({"Convolution", "GroupConvolution", "ConvolutionBackpropData", "GroupConvolutionBackpropData",
+                        "DeformableConvolution", "BinaryConvolution", "MatMul", "Einsum", "LSTMSequence", "LSTMCell",
+                        "GRUSequence", "GRUCell", "RNNSequence", "RNNCell"})
+OV_TRANSPARENT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Broadcast"})
+OV_8BIT = frozenset({"i8", "u8"})
+OV_LEVELS = frozenset({255, 256})
+
+TFLITE_COMPUTE = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "BATCH_MATMUL",
+                            "CONV_3D", "CONV_3D_TRANSPOSE", "LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM",
+                            "BIDIRECTIONAL_SEQUENCE_LSTM", "UNIDIRECTIONAL_SEQUENCE_RNN", "BIDIRECTIONAL_SEQUENCE_RNN",
+                            "RNN", "SVDF"})
+#: A compiled Edge TPU model's mapped part: the TPU computes only in 8 bits.
+TFLITE_INT8_CUSTOM = frozenset({"CUSTOM:edgetpu-custom-op"})
+
+
+def model_path(folder_or_file: str | Path, fmt: str) -> Path:
+    """The model file of ``fmt`` in an artifact folder (the manifest's ``model`` entry of that
+    format, else the converters' file name, else the only file with the format's suffix), or the
+    file itself.
+
+    Raises:
+        FileNotFoundError: no such file.
+    """
+    p = Path(folder_or_file)
+    if p.is_file():
+        return p
+    if not p.is_dir():
+        raise FileNotFoundError(f"{p} does not exist")
+    manifest = p / "manifest.json"
+    if manifest.is_file():
+        try:
+            for a in json.loads(manifest.read_text()).get("artifacts", []):
+                if a.get("format") == fmt and a.get("role", "model") == "model" and (p / a["path"]).is_file():
+                    return p / a["path"]
+        except (ValueError, KeyError, TypeError, AttributeError):
+            pass
+    suffix = SUFFIX[fmt]
+    if (p / f"model{suffix}").is_file():
+        return p / f"model{suffix}"
+    found = sorted(f for f in p.glob(f"*{suffix}") if not f.name.endswith(f"_edgetpu{suffix}"))
+    if len(found) == 1:
+        return found[0]
+    raise FileNotFoundError(f"no {fmt} model file in {p}" + (f" (several: {[f.name for f in found]})" if found else ""))
+
+
+def int8_share(folder_or_file: str | Path, fmt: str) -> dict[str, Any]:
+    """How many of the artifact's compute ops run in int8.
+
+    Args:
+        folder_or_file: the model file, or an artifact folder holding it.
+        fmt: ``onnx-qdq``, ``openvino-ir`` or ``tflite-int8``.
+
+    Returns:
+        ``{"compute_ops": n, "int8_ops": k, "share": k / n (3 decimals; None when n is 0),
+        "float_ops": up to 10 op types (sorted) of the compute ops that run float}``; when the file
+        cannot be read, ``{"compute_ops": 0, "int8_ops": 0, "share": None, "error": "..."}``.
+    """
+    try:
+        if fmt not in SUFFIX:
+            raise ValueError(f"format '{fmt}' is not one of {sorted(SUFFIX)}")
+        path = model_path(folder_or_file, fmt)
+        reader = {"onnx-qdq": _onnx_ops, "openvino-ir": _openvino_ops, "tflite-int8": _tflite_ops}[fmt]
+        ops = reader(path)
+    except Exception as exc:  # noqa: BLE001 - a figure about the artifact; never fails a conversion
+        return {"compute_ops": 0, "int8_ops": 0, "share": None, "error": f"{type(exc).__name__}: {exc}"[:300]}
+    n, k = len(ops), sum(1 for _, q in ops if q)
+    return {"compute_ops": n, "int8_ops": k, "share": round(k / n, 3) if n else None,
+            "float_ops": sorted({op for op, q in ops if not q})[:LIST_TOP]}
+
+
+def label(c: dict[str, Any] | None) -> str:
+    """The summary table's cell: ``100% (12/12)``, ``67% (2/3; float: Conv)``, ``-`` where not known."""
+    if not c or c.get("share") is None:
+        return "-"
+    kept = f"; float: {', '.join(c['float_ops'])}" if c.get("float_ops") else ""
+    return f"{c['share']:.0%} ({c['int8_ops']}/{c['compute_ops']}{kept})"
+
+
+# ----------------------------------------------------------------------------- ONNX
+def _onnx_ops(path: Path) -> list[tuple[str, bool]]:
+    import onnx
+
+    g = onnx.load(str(path), load_external_data=False).graph
+    dtype: dict[str, int] = {i.name: i.data_type for i in g.initializer}
+    for n in g.node:
+        if n.op_type == "Constant":
+            for a in n.attribute:
+                if a.name == "value" and a.t is not None:
+                    dtype[n.output[0]] = a.t.data_type
+    producer = {o: n for n in g.node for o in n.output}
+
+    def quantizer_dtype(node) -> int | None:
+        """The integer type a QuantizeLinear / DequantizeLinear works in."""
+        if len(node.input) > 2 and node.input[2]:
+            return dtype.get(node.input[2])
+        if node.op_type == "QuantizeLinear":
+            return 2  # no zero point: uint8
+        x = producer.get(node.input[0])
+        if node.input[0] in dtype:
+            return dtype[node.input[0]]
+        return quantizer_dtype(x) if x is not None and x.op_type == "QuantizeLinear" else None
+
+    def dequantized_8bit(tensor: str) -> bool:
+        node, hops = producer.get(tensor), 0
+        while node is not None and node.op_type in ONNX_TRANSPARENT and node.input and hops < 16:
+            node, hops = producer.get(node.input[0]), hops + 1
+        return node is not None and node.op_type == "DequantizeLinear" and quantizer_dtype(node) in ONNX_8BIT
+
+    ops = []
+    for n in g.node:
+        if n.op_type in ONNX_INTEGER:
+            ops.append((n.op_type, True))
+        elif n.op_type in ONNX_COMPUTE and n.domain in ("", "ai.onnx", "com.microsoft"):
+            data = [t for t in list(n.input)[:2] if t]
+            ops.append((n.op_type, bool(data) and all(dequantized_8bit(t) for t in data)))
+    return ops
+
+
+# ----------------------------------------------------------------------------- OpenVINO IR
+def _openvino_ops(path: Path) -> list[tuple[str, bool]]:
+    root = ET.parse(str(path)).getroot()
+    layers = {layer.get("id"): layer for layer in root.iter("layer")}
+    into: dict[tuple[str | None, str | None], str | None] = {}  # (to layer, to port) -> from layer
+    for e in root.iter("edge"):
+        into[(e.get("to-layer"), e.get("to-port"))] = e.get("from-layer")
+
+    def in_ports(layer) -> list[str]:
+        inp = layer.find("input")
+        return [p.get("id") for p in inp.findall("port")] if inp is not None else []
+
+    def source(layer_id: str | None, port: str | None):
+        src = into.get((layer_id, port))
+        return layers.get(src) if src is not None else None
+
+    def fake_quantized(layer) -> bool:
+        data = layer.find("data")
+        try:
+            return int((data.get("levels") if data is not None else 0) or 0) in OV_LEVELS
+        except ValueError:
+            return False
+
+    def compressed_weight(layer, hops: int = 0) -> bool:
+        """A Multiply / Subtract / Convert chain back to an i8/u8 Constant."""
+        if layer is None or hops > 8:
+            return False
+        kind = layer.get("type")
+        if kind == "Const":
+            data = layer.find("data")
+            return data is not None and data.get("element_type") in OV_8BIT
+        if kind in ("Convert", "Multiply", "Subtract") or kind in OV_TRANSPARENT:
+            first = in_ports(layer)[:1]
+            return bool(first) and compressed_weight(source(layer.get("id"), first[0]), hops + 1)
+        return False
+
+    def quantized(layer) -> str:
+        """'fq' (fake-quantized 8-bit), 'weight' (an i8/u8 compressed constant) or ''."""
+        hops = 0
+        while layer is not None and layer.get("type") in OV_TRANSPARENT and hops < 16:
+            first = in_ports(layer)[:1]
+            layer, hops = (source(layer.get("id"), first[0]) if first else None), hops + 1
+        if layer is None:
+            return ""
+        if layer.get("type") == "FakeQuantize":
+            return "fq" if fake_quantized(layer) else ""
+        if layer.get("type") in ("Convert", "Multiply", "Subtract") and compressed_weight(layer):
+            return "weight"
+        # An activation dequantized from 8 bits (what ONNX Runtime's QDQ becomes in OpenVINO):
+        # FakeQuantize(256) -> Convert(u8/i8) -> Convert(f32) -> Subtract -> Multiply.
+        seen_convert, hops = False, 0
+        while layer is not None and layer.get("type") in ("Convert", "Multiply", "Subtract") and hops < 6:
+            seen_convert = seen_convert or layer.get("type") == "Convert"
+            first = in_ports(layer)[:1]
+            layer, hops = (source(layer.get("id"), first[0]) if first else None), hops + 1
+        if seen_convert and layer is not None and layer.get("type") == "FakeQuantize" and fake_quantized(layer):
+            return "fq"
+        return ""
+
+    ops = []
+    for layer in layers.values():
+        kind = layer.get("type")
+        if kind not in OV_COMPUTE:
+            continue
+        ports = in_ports(layer)[:2]
+        found = [quantized(source(layer.get("id"), p)) for p in ports]
+        ops.append((kind, bool(found) and all(found) and "fq" in found))
+    return ops
+
+
+# ----------------------------------------------------------------------------- TFLite
+def _tflite_ops(path: Path) -> list[tuple[str, bool]]:
+    from edge_sdk._deps import require
+
+    schema = require("ai_edge_litert.schema_py_generated", "reading TFLite models")
+    m = schema.Model.GetRootAs(path.read_bytes(), 0)
+    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_") and isinstance(v, int)}
+    codes = []
+    for i in range(m.OperatorCodesLength()):
+        oc = m.OperatorCodes(i)
+        name = names.get(max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode()), "")
+        codes.append(f"CUSTOM:{(oc.CustomCode() or b'').decode(errors='replace')}" if name == "CUSTOM" else name)
+    eight = {schema.TensorType.INT8, schema.TensorType.UINT8}
+    ops = []
+    for s in range(m.SubgraphsLength()):
+        sg = m.Subgraphs(s)
+        for i in range(sg.OperatorsLength()):
+            op = sg.Operators(i)
+            kind = codes[op.OpcodeIndex()] if op.OpcodeIndex() < len(codes) else ""
+            if kind in TFLITE_INT8_CUSTOM:
+                ops.append((kind, True))
+                continue
+            if kind not in TFLITE_COMPUTE:
+                continue
+            ins = [op.Inputs(j) for j in range(op.InputsLength())]
+            if kind == "TRANSPOSE_CONV":  # (output_shape, weights, input)
+                data = ins[2:3] + ins[1:2]
+            elif "LSTM" in kind or "RNN" in kind or kind == "SVDF":  # input, then the first weights present
+                data = ins[:1] + [t for t in ins[1:5] if t >= 0][:1]
+            else:
+                data = ins[:2]
+            data = [t for t in data if t >= 0]
+            ops.append((kind, len(data) == 2 and all(sg.Tensors(t).Type() in eight for t in data)))
+    return ops

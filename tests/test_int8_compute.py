@@ -1,0 +1,210 @@
+""""int8 means int8": the share of an artifact's compute ops that really run in int8, read from the
+file (ONNX QDQ, OpenVINO IR, TFLite), recorded in the gate report, the manifest, the summary table
+and ``--json`` (a floor that decides comes next: issue 55).
+
+Small real models built by code: the outlier CNN of tests/heads.py (three convolutions) quantized
+by ONNX Runtime's ``quantize_static`` and by NNCF, whole and with a convolution excluded; a TFLite
+flatbuffer written with LiteRT's schema (int8 convolution, float fully connected layer); and the
+pipeline's own artifacts (slow).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+import edge_sdk
+from edge_sdk.converters.int8_compute import int8_share, label, model_path
+from edge_sdk.converters.summary import ConvertSummary, FormatOutcome, ProfileSummary
+from edge_sdk.manifest import read_manifest
+from heads import OUTLIER_INPUT, outlier_feeds, outlier_onnx
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("int8_compute")
+    return {"root": root, "float": outlier_onnx(root / "float.onnx"), "feeds": outlier_feeds(16, seed=2).astype(np.float32)}
+
+
+def _qdq(src, dst, feeds, exclude=()):
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{OUTLIER_INPUT: f[None]} for f in feeds])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
+                    weight_type=QuantType.QInt8, nodes_to_exclude=list(exclude))
+    return dst
+
+
+def _ir(src, dst, feeds, ignored=()):
+    import nncf
+    import openvino as ov
+
+    model = ov.convert_model(str(src))
+    kw = {"ignored_scope": nncf.IgnoredScope(names=list(ignored))} if ignored else {}
+    q = nncf.quantize(model, nncf.Dataset([f[None] for f in feeds]), subset_size=len(feeds), **kw)
+    ov.save_model(q, str(dst))
+    return dst
+
+
+def test_onnx_float_qdq_and_partly_excluded(models):
+    root, feeds = models["root"], models["feeds"]
+    assert int8_share(models["float"], "onnx-qdq") == {"compute_ops": 3, "int8_ops": 0, "share": 0.0, "float_ops": ["Conv"]}
+    whole = int8_share(_qdq(models["float"], root / "qdq.onnx", feeds), "onnx-qdq")
+    assert whole == {"compute_ops": 3, "int8_ops": 3, "share": 1.0, "float_ops": []}
+    part = int8_share(_qdq(models["float"], root / "part.onnx", feeds, exclude=["conv_outlier"]), "onnx-qdq")
+    assert part["compute_ops"] == 3 and part["int8_ops"] == 2 and part["share"] == 0.667 and part["float_ops"] == ["Conv"]
+
+
+def test_onnx_integer_ops_and_16bit_qdq(models):
+    """QLinearConv (the QOperator format) counts int8; int16 Q/DQ is not int8 compute."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    root, feeds = models["root"], models["feeds"]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{OUTLIER_INPUT: f[None]} for f in feeds])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    quantize_static(str(models["float"]), str(root / "qop.onnx"), Reader(), quant_format=QuantFormat.QOperator)
+    assert int8_share(root / "qop.onnx", "onnx-qdq")["share"] == 1.0
+    quantize_static(str(models["float"]), str(root / "a16.onnx"), Reader(), quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QInt16, weight_type=QuantType.QInt8)
+    a16 = int8_share(root / "a16.onnx", "onnx-qdq")
+    assert a16["compute_ops"] == 3 and a16["int8_ops"] == 0, a16
+
+
+def test_openvino_ir_nncf_whole_partly_and_float(models):
+    import openvino as ov
+
+    root, feeds = models["root"], models["feeds"]
+    ov.save_model(ov.convert_model(str(models["float"])), str(root / "fp.xml"))
+    assert int8_share(root / "fp.xml", "openvino-ir") == {"compute_ops": 3, "int8_ops": 0, "share": 0.0,
+                                                          "float_ops": ["Convolution"]}
+    assert int8_share(_ir(models["float"], root / "q.xml", feeds), "openvino-ir")["share"] == 1.0
+    part = int8_share(_ir(models["float"], root / "p.xml", feeds, ignored=["conv_mix"]), "openvino-ir")
+    assert part == {"compute_ops": 3, "int8_ops": 2, "share": 0.667, "float_ops": ["Convolution"]}, part
+
+
+def _tflite(path, conv_type: str, fc_type: str):
+    """CONV_2D then FULLY_CONNECTED, each with its tensors of the given types (weights alike)."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as s
+
+    types = {"int8": s.TensorType.INT8, "float32": s.TensorType.FLOAT32, "int16": s.TensorType.INT16}
+    m = s.ModelT()
+    m.version = 3
+    m.buffers = [s.BufferT()]
+    sg = s.SubGraphT()
+    sg.tensors = []
+
+    def tensor(name, shape, kind, const=False):
+        t = s.TensorT()
+        t.name, t.shape, t.type, t.buffer = name.encode(), shape, kind, 0
+        if const:
+            b = s.BufferT()
+            b.data = list(np.zeros(int(np.prod(shape)) * (4 if kind == s.TensorType.FLOAT32 else 1), np.uint8))
+            m.buffers.append(b)
+            t.buffer = len(m.buffers) - 1
+        sg.tensors.append(t)
+        return len(sg.tensors) - 1
+
+    a = types[conv_type]
+    x = tensor("x", [1, 4, 4, 1], a)
+    w = tensor("w", [1, 1, 1, 1], types["int8"] if conv_type == "int16" else a, const=True)
+    y = tensor("y", [1, 4, 4, 1], a)
+    f = types[fc_type]
+    fw = tensor("fw", [2, 16], f, const=True)
+    z = tensor("z", [1, 2], f)
+    codes = []
+    for code in (s.BuiltinOperator.CONV_2D, s.BuiltinOperator.FULLY_CONNECTED):
+        oc = s.OperatorCodeT()
+        oc.builtinCode, oc.deprecatedBuiltinCode, oc.version = code, code, 1
+        codes.append(oc)
+    m.operatorCodes = codes
+    ops = []
+    for idx, (ins, outs) in enumerate((([x, w, -1], [y]), ([y, fw, -1], [z]))):
+        op = s.OperatorT()
+        op.opcodeIndex, op.inputs, op.outputs = idx, ins, outs
+        ops.append(op)
+    sg.operators, sg.inputs, sg.outputs = ops, [x], [z]
+    m.subgraphs = [sg]
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(m.Pack(builder), file_identifier=b"TFL3")
+    path.write_bytes(bytes(builder.Output()))
+    return path
+
+
+def test_tflite_tensor_types(tmp_path):
+    assert int8_share(_tflite(tmp_path / "a.tflite", "int8", "int8"), "tflite-int8")["share"] == 1.0
+    half = int8_share(_tflite(tmp_path / "b.tflite", "int8", "float32"), "tflite-int8")
+    assert half == {"compute_ops": 2, "int8_ops": 1, "share": 0.5, "float_ops": ["FULLY_CONNECTED"]}
+    # 16x8 (int16 activations, int8 weights) is not int8 compute
+    none = int8_share(_tflite(tmp_path / "c.tflite", "int16", "float32"), "tflite-int8")
+    assert none["int8_ops"] == 0 and none["float_ops"] == ["CONV_2D", "FULLY_CONNECTED"]
+
+
+def test_folder_lookup_and_unreadable_files(models, tmp_path):
+    folder = tmp_path / "art"
+    folder.mkdir()
+    (folder / "net.onnx").write_bytes(models["float"].read_bytes())
+    assert model_path(folder, "onnx-qdq") == folder / "net.onnx"
+    (folder / "other.onnx").write_bytes(b"")
+    (folder / "manifest.json").write_text(json.dumps({"artifacts": [{"path": "net.onnx", "format": "onnx-qdq", "role": "model"}]}))
+    assert int8_share(folder, "onnx-qdq")["compute_ops"] == 3
+    for path, fmt in ((tmp_path / "missing.xml", "openvino-ir"), (folder / "other.onnx", "tflite-int8"),
+                      (folder / "manifest.json", "openvino-ir"), (folder, "tensorrt")):
+        r = int8_share(path, fmt)
+        assert r["compute_ops"] == 0 and r["share"] is None and r["error"], (path, fmt, r)
+
+
+def test_summary_table_shows_the_int8_share_and_the_float_ops():
+    c = {"compute_ops": 8, "int8_ops": 7, "share": 0.875, "float_ops": ["MatMul"]}
+    p = ProfileSummary("arm-cpu", "out/arm-cpu", True, ["onnx-qdq"], [], "passed", {},
+                       outcomes=[FormatOutcome("onnx-qdq", "published", figures="cos 0.99", int8_compute=c),
+                                 FormatOutcome("tflite-int8", "conversion_failed", "no converter")])
+    lines = ConvertSummary("m.onnx", "onnx", "out", [p]).table()
+    assert re.split(r"\s{2,}", lines[0]) == ["profile", "format", "result", "int8 compute", "why / figures"]
+    assert re.split(r"\s{2,}", lines[1])[3:] == ["88% (7/8; float: MatMul)", "cos 0.99"]
+    assert re.split(r"\s{2,}", lines[2])[3] == "-"  # not known: a conversion failed
+    assert label({"compute_ops": 0, "int8_ops": 0, "share": None, "error": "x"}) == "-"
+    assert ConvertSummary("m.onnx", "onnx", "out", [p]).to_dict()["profiles"][0]["outcomes"][0]["int8_compute"] == c
+
+
+@pytest.mark.slow
+def test_pipeline_records_the_share_everywhere(models, tmp_path, cli):
+    """The gate report of every candidate carries ``int8_compute``, the manifest and ``--json`` too;
+    an ONNX artifact with every convolution kept float says 0% in the table (recorded, not yet refused)."""
+    root = models["root"]
+    np.savez(root / "calib.npz", x=outlier_feeds(40, seed=2))
+    np.savez(root / "val.npz", x=outlier_feeds(30, seed=1))
+    kw = dict(calib=root / "calib.npz", validation=root / "val.npz", progress=None, recover="off")
+    s = edge_sdk.convert(models["float"], ["arm-cpu", "intel-cpu"], tmp_path / "out", allow_accuracy_drop=True, **kw)
+    seen = {}
+    for p in s.profiles:
+        m = read_manifest(p.folder)
+        for fmt in m.formats:
+            c = m.accuracy["formats"][fmt]["int8_compute"]
+            seen[(p.profile, fmt)] = c
+            assert c["compute_ops"] == 3 and c["share"] == 1.0, (p.profile, fmt, c)
+            assert int8_share(p.folder, fmt) == c
+        assert all(o.int8_compute["share"] == 1.0 for o in p.outcomes if o.status != "conversion_failed")
+    assert {fmt for _, fmt in seen} >= {"onnx-qdq", "tflite-int8", "openvino-ir"}, seen
+    r = cli("convert", str(models["float"]), "--profile", "jetson-orin", "--out", str(tmp_path / "float"), "--calib",
+            str(root / "calib.npz"), "--val", str(root / "val.npz"), "--recover", "off", "--float-nodes", "Conv",
+            "--allow-accuracy-drop", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    (o,) = json.loads(r.stdout)["profiles"][0]["outcomes"]
+    assert o["int8_compute"] == {"compute_ops": 3, "int8_ops": 0, "share": 0.0, "float_ops": ["Conv"]}, o
+    assert "0% (0/3; float: Conv)" in r.stderr
