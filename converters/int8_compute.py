@@ -19,8 +19,8 @@ matmuls, fully connected layers, recurrent cells), and how many of them take 8-b
 
 Recorded per candidate in its gate report (``int8_compute``: the manifest's
 ``accuracy.formats.<format>.int8_compute``), the summary table's ``int8 compute`` column and
-``--json``. An int8 candidate with compute ops and none of them int8 fails (:func:`refuse_float_int8`);
-a floor on the share itself comes once it is weighted by each op's work (issue 55).
+``--json``. Not yet a decision: a floor under which an int8 format is not published comes next
+(issue 55), once every practice and wider row's share is on record.
 """
 
 from __future__ import annotations
@@ -115,26 +115,6 @@ def int8_share(folder_or_file: str | Path, fmt: str) -> dict[str, Any]:
     n, k = len(ops), sum(1 for _, q in ops if q)
     return {"compute_ops": n, "int8_ops": k, "share": round(k / n, 3) if n else None,
             "float_ops": sorted({op for op, q in ops if not q})[:LIST_TOP]}
-
-
-def refuse_float_int8(report: dict[str, Any], fmt: str, precision: str, target: str = "") -> bool:
-    """Fail a candidate's gate report whose int8 artifact has compute ops and runs none of them in
-    int8 (its ``int8_compute``): ``passed`` false, the reason first in ``failures``, ``score`` -1
-    (below every candidate that is int8, as a failed task is). True when it did.
-
-    This is the floor at its lowest (any int8 at all); a floor on the share (default 50%) comes
-    when the share is weighted by each op's multiply-accumulates (issue 55)."""
-    c = report.get("int8_compute") or {}
-    if fmt not in INT8_FORMATS or precision != "int8" or not c.get("compute_ops") or c.get("int8_ops"):
-        return False
-    kinds = ", ".join(c.get("float_ops") or []) or "all"
-    runs = f"; the float model runs on {target} as it is" if target else ""
-    report.setdefault("failures", []).insert(
-        0, f"not an int8 artifact: none of its {c['compute_ops']} compute ops runs in int8 ({kinds} float){runs}; "
-           "declare fewer --float-nodes, or calibrate so fewer layers need float")
-    report["passed"] = False
-    report["score"] = min(float(report.get("score", 0.0)), -1.0)
-    return True
 
 
 def label(c: dict[str, Any] | None) -> str:

@@ -1,6 +1,6 @@
 """"int8 means int8": the share of an artifact's compute ops that really run in int8, read from the
 file (ONNX QDQ, OpenVINO IR, TFLite), recorded in the gate report, the manifest, the summary table
-and ``--json``; an int8 candidate with none of its compute in int8 fails as not int8.
+and ``--json`` (a floor that decides comes next: issue 55).
 
 Small real models built by code: the outlier CNN of tests/heads.py (three convolutions) quantized
 by ONNX Runtime's ``quantize_static`` and by NNCF, whole and with a convolution excluded; a TFLite
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import edge_sdk
-from edge_sdk.converters.int8_compute import int8_share, label, model_path, refuse_float_int8
+from edge_sdk.converters.int8_compute import int8_share, label, model_path
 from edge_sdk.converters.summary import ConvertSummary, FormatOutcome, ProfileSummary
 from edge_sdk.manifest import read_manifest
 from heads import OUTLIER_INPUT, outlier_feeds, outlier_onnx
@@ -185,7 +185,7 @@ def test_summary_table_shows_the_int8_share_and_the_float_ops():
 @pytest.mark.slow
 def test_pipeline_records_the_share_everywhere(models, tmp_path, cli):
     """The gate report of every candidate carries ``int8_compute``, the manifest and ``--json`` too;
-    an ONNX artifact with every convolution kept float is not int8: it fails, and the table says why."""
+    an ONNX artifact with every convolution kept float says 0% in the table (recorded, not yet refused)."""
     root = models["root"]
     np.savez(root / "calib.npz", x=outlier_feeds(40, seed=2))
     np.savez(root / "val.npz", x=outlier_feeds(30, seed=1))
@@ -202,28 +202,9 @@ def test_pipeline_records_the_share_everywhere(models, tmp_path, cli):
         assert all(o.int8_compute["share"] == 1.0 for o in p.outcomes if o.status != "conversion_failed")
     assert {fmt for _, fmt in seen} >= {"onnx-qdq", "tflite-int8", "openvino-ir"}, seen
     r = cli("convert", str(models["float"]), "--profile", "jetson-orin", "--out", str(tmp_path / "float"), "--calib",
-            str(root / "calib.npz"), "--val", str(root / "val.npz"), "--recover", "off", "--float-nodes", "Conv", "--json")
-    assert r.returncode == 7, r.stderr[-2000:]  # the gate's exit code: this candidate is not int8
+            str(root / "calib.npz"), "--val", str(root / "val.npz"), "--recover", "off", "--float-nodes", "Conv",
+            "--allow-accuracy-drop", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
     (o,) = json.loads(r.stdout)["profiles"][0]["outcomes"]
-    assert o["status"] == "gate_failed" and o["int8_compute"] == {"compute_ops": 3, "int8_ops": 0, "share": 0.0,
-                                                                  "float_ops": ["Conv"]}, o
-    assert o["reason"].startswith("not an int8 artifact: none of its 3 compute ops runs in int8 (Conv float); "
-                                  "the float model runs on jetson-orin as it is"), o["reason"]
-    table = [line for line in r.stderr.splitlines() if line.startswith("jetson-orin  onnx-qdq")]
-    assert table and "gate FAILED  0% (0/3; float: Conv)  not an int8 artifact" in table[0], r.stderr[-3000:]
-    assert not (tmp_path / "float" / "jetson-orin").exists()
-
-
-def test_refusal_of_an_int8_artifact_without_int8_compute():
-    report = {"failures": ["x: top-1 agreement 0.8 < 0.9"], "passed": False, "score": 0.3,
-              "int8_compute": {"compute_ops": 3, "int8_ops": 0, "share": 0.0, "float_ops": ["Conv", "MatMul"]}}
-    assert not refuse_float_int8(dict(report), "onnx-qdq", "fp32")
-    assert not refuse_float_int8(dict(report), "tensorrt-engine", "int8")
-    assert not refuse_float_int8(dict(report, int8_compute={"compute_ops": 3, "int8_ops": 1}), "onnx-qdq", "int8")
-    assert not refuse_float_int8(dict(report, int8_compute={"compute_ops": 0, "int8_ops": 0, "share": None,
-                                                             "error": "x"}), "onnx-qdq", "int8")
-    assert refuse_float_int8(report, "onnx-qdq", "int8", "arm-cpu")
-    assert report["passed"] is False and report["score"] == -1.0
-    assert report["failures"] == ["not an int8 artifact: none of its 3 compute ops runs in int8 (Conv, MatMul float); "
-                                  "the float model runs on arm-cpu as it is; declare fewer --float-nodes, or calibrate "
-                                  "so fewer layers need float", "x: top-1 agreement 0.8 < 0.9"]
+    assert o["int8_compute"] == {"compute_ops": 3, "int8_ops": 0, "share": 0.0, "float_ops": ["Conv"]}, o
+    assert "0% (0/3; float: Conv)" in r.stderr

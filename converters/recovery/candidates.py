@@ -22,7 +22,7 @@ from edge_sdk.manifest import write_manifest
 from .. import accuracy as acc
 from ..accuracy.metrics import score as gate_score
 from ..base import FORMATS, ConvertJob, FormatResult, Recipe, cpu_seconds
-from ..int8_compute import INT8_FORMATS, int8_share, refuse_float_int8
+from ..int8_compute import INT8_FORMATS, int8_share
 
 if TYPE_CHECKING:
     from ..build import BuildContext
@@ -137,9 +137,8 @@ def make_candidate(ctx: "BuildContext", fmt: str, recipe: Recipe, folder: Path, 
                               "The int8 graph needs something this runtime cannot do here (an op kernel, a type); "
                               "the other formats and profiles were still converted.") from None
     report["score"] = gate_score(acc.judged_outputs(report)) if "task" not in report or report["task"]["passed"] else -1.0
-    if fmt in INT8_FORMATS:  # "int8 means int8": read from the file; none at all is not an int8 artifact
+    if fmt in INT8_FORMATS:  # "int8 means int8": read from the file, recorded (not yet a decision)
         report["int8_compute"] = int8_share(folder / result.model_file, fmt)
-        refuse_float_int8(report, fmt, result.precision, ctx.profile.name)
     gate = {"seconds": time.perf_counter() - g0, "cpu_s": cpu_seconds() - gc0}  # what judging it took
     return Candidate(fmt, recipe, folder, result, report, time.perf_counter() - t0, {"step": step, "job": job, "gate": gate})
 
