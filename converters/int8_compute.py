@@ -237,29 +237,21 @@ def _openvino_ops(path: Path) -> list[tuple[str, bool]]:
 
 # ----------------------------------------------------------------------------- TFLite
 def _tflite_ops(path: Path) -> list[tuple[str, bool]]:
-    from edge_sdk._deps import require
+    from .tflite_native import _load, _op_names  # the flatbuffer reader and op names the TFLite rewrites use
 
-    schema = require("ai_edge_litert.schema_py_generated", "reading TFLite models")
-    m = schema.Model.GetRootAs(path.read_bytes(), 0)
-    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_") and isinstance(v, int)}
-    codes = []
-    for i in range(m.OperatorCodesLength()):
-        oc = m.OperatorCodes(i)
-        name = names.get(max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode()), "")
-        codes.append(f"CUSTOM:{(oc.CustomCode() or b'').decode(errors='replace')}" if name == "CUSTOM" else name)
+    schema, m = _load(path.read_bytes())
+    codes = _op_names(schema, m)
     eight = {schema.TensorType.INT8, schema.TensorType.UINT8}
     ops = []
-    for s in range(m.SubgraphsLength()):
-        sg = m.Subgraphs(s)
-        for i in range(sg.OperatorsLength()):
-            op = sg.Operators(i)
-            kind = codes[op.OpcodeIndex()] if op.OpcodeIndex() < len(codes) else ""
+    for sg in m.subgraphs or []:
+        for op in sg.operators or []:
+            kind = codes[op.opcodeIndex] if op.opcodeIndex < len(codes) else ""
             if kind in TFLITE_INT8_CUSTOM:
                 ops.append((kind, True))
                 continue
             if kind not in TFLITE_COMPUTE:
                 continue
-            ins = [op.Inputs(j) for j in range(op.InputsLength())]
+            ins = [int(t) for t in (op.inputs if op.inputs is not None else [])]
             if kind == "TRANSPOSE_CONV":  # (output_shape, weights, input)
                 data = ins[2:3] + ins[1:2]
             elif "LSTM" in kind or "RNN" in kind or kind == "SVDF":  # input, then the first weights present
@@ -267,5 +259,5 @@ def _tflite_ops(path: Path) -> list[tuple[str, bool]]:
             else:
                 data = ins[:2]
             data = [t for t in data if t >= 0]
-            ops.append((kind, len(data) == 2 and all(sg.Tensors(t).Type() in eight for t in data)))
+            ops.append((kind, len(data) == 2 and all(sg.tensors[t].type in eight for t in data)))
     return ops

@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 from edge_sdk import typed
 
+from .int8_compute import label
+
 FormatStatus = Literal["published", "kept", "gate_failed", "conversion_failed"]
 
 
@@ -100,8 +102,6 @@ class ConvertSummary:
 
     def table(self) -> list[str]:
         """The final profile x format table (plain text lines)."""
-        from .int8_compute import label
-
         rows = [("profile", "format", "result", "int8 compute", "why / figures")]
         labels = {"published": "published", "kept": "KEPT (gate failed)", "gate_failed": "gate FAILED",
                   "conversion_failed": "conversion FAILED"}

@@ -29,8 +29,8 @@ def models(tmp_path_factory):
     return {"root": root, "float": outlier_onnx(root / "float.onnx"), "feeds": outlier_feeds(16, seed=2).astype(np.float32)}
 
 
-def _qdq(src, dst, feeds, exclude=()):
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+def _reader(feeds):
+    from onnxruntime.quantization import CalibrationDataReader
 
     class Reader(CalibrationDataReader):
         def __init__(self):
@@ -39,7 +39,13 @@ def _qdq(src, dst, feeds, exclude=()):
         def get_next(self):
             return next(self.it, None)
 
-    quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
+    return Reader()
+
+
+def _qdq(src, dst, feeds, exclude=()):
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    quantize_static(str(src), str(dst), _reader(feeds), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
                     weight_type=QuantType.QInt8, nodes_to_exclude=list(exclude))
     return dst
 
@@ -66,20 +72,12 @@ def test_onnx_float_qdq_and_partly_excluded(models):
 
 def test_onnx_integer_ops_and_16bit_qdq(models):
     """QLinearConv (the QOperator format) counts int8; int16 Q/DQ is not int8 compute."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     root, feeds = models["root"], models["feeds"]
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.it = iter([{OUTLIER_INPUT: f[None]} for f in feeds])
-
-        def get_next(self):
-            return next(self.it, None)
-
-    quantize_static(str(models["float"]), str(root / "qop.onnx"), Reader(), quant_format=QuantFormat.QOperator)
+    quantize_static(str(models["float"]), str(root / "qop.onnx"), _reader(feeds), quant_format=QuantFormat.QOperator)
     assert int8_share(root / "qop.onnx", "onnx-qdq")["share"] == 1.0
-    quantize_static(str(models["float"]), str(root / "a16.onnx"), Reader(), quant_format=QuantFormat.QDQ,
+    quantize_static(str(models["float"]), str(root / "a16.onnx"), _reader(feeds), quant_format=QuantFormat.QDQ,
                     activation_type=QuantType.QInt16, weight_type=QuantType.QInt8)
     a16 = int8_share(root / "a16.onnx", "onnx-qdq")
     assert a16["compute_ops"] == 3 and a16["int8_ops"] == 0, a16
