@@ -126,7 +126,7 @@ def _build(ctx: BuildContext, final: Path, stage: Path) -> ProfileSummary:
         where = f"{r['backend']}/{r['device']}" + ("" if r["native"] else " (CPU stand-in)")
         ctx.say(f"{fmt} gate on {where}: {acc.report_figures(r)}")
         if r.get("int8_compute"):
-            ctx.say(f"{fmt} int8 compute: {label(r['int8_compute'])} of the compute ops (convolutions, matmuls) run in int8")
+            ctx.say(f"{fmt} int8 compute (convolutions, matmuls running in int8): {label(r['int8_compute'])}")
         ctx.say(f"{fmt} gate: " + ("passed" if r["passed"] else "FAILED: " + "; ".join(r["failures"])))
     passed = [f for f in results if reports[f]["passed"] or not cs.calibrated]
     failing = [f for f in results if f not in passed]

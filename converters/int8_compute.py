@@ -15,12 +15,19 @@ matmuls, fully connected layers, recurrent cells), and how many of them take 8-b
 * **TFLite**: the op's activation and weight tensors are int8/uint8 (an int16 activation or a
   hybrid float-activation op is not int8 compute).
 
+Each op is also weighed by its multiply-accumulates (MACs: output elements x the reduction each
+one takes, from the static shapes the artifact carries: ONNX shape inference, the IR's port dims,
+TFLite tensor shapes), because a count treats a 1x1 head like a backbone convolution: ``mac_share``
+is the share of the work that runs in int8, ``share`` the share of the ops. Where one op's MACs
+cannot be read (a dynamic dimension, an attention op, an Edge TPU custom op), ``macs`` is None and
+the count is all there is.
+
 :func:`int8_share` never raises: a file it cannot read gives ``share: None`` and the error.
 
 Recorded per candidate in its gate report (``int8_compute``: the manifest's
 ``accuracy.formats.<format>.int8_compute``), the summary table's ``int8 compute`` column and
 ``--json``. Not yet a decision: a floor under which an int8 format is not published comes next
-(issue 55), once every practice and wider row's share is on record.
+(issue 55), once every practice and wider row's share by MACs is on record.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 #: The formats this module reads, and their model file's suffix.
 SUFFIX = {"onnx-qdq": ".onnx", "openvino-ir": ".xml", "tflite-int8": ".tflite"}
@@ -101,8 +108,11 @@ def int8_share(folder_or_file: str | Path, fmt: str) -> dict[str, Any]:
 
     Returns:
         ``{"compute_ops": n, "int8_ops": k, "share": k / n (3 decimals; None when n is 0),
+        "macs": the compute ops' multiply-accumulates (None where one op's cannot be read),
+        "int8_macs": those of the int8 ops, "mac_share": int8_macs / macs (3 decimals, or None),
         "float_ops": up to 10 op types (sorted) of the compute ops that run float}``; when the file
-        cannot be read, ``{"compute_ops": 0, "int8_ops": 0, "share": None, "error": "..."}``.
+        cannot be read, ``{"compute_ops": 0, "int8_ops": 0, "share": None, "macs": None,
+        "int8_macs": None, "mac_share": None, "error": "..."}``.
     """
     try:
         if fmt not in SUFFIX:
@@ -111,25 +121,113 @@ def int8_share(folder_or_file: str | Path, fmt: str) -> dict[str, Any]:
         reader = {"onnx-qdq": _onnx_ops, "openvino-ir": _openvino_ops, "tflite-int8": _tflite_ops}[fmt]
         ops = reader(path)
     except Exception as exc:  # noqa: BLE001 - a figure about the artifact; never fails a conversion
-        return {"compute_ops": 0, "int8_ops": 0, "share": None, "error": f"{type(exc).__name__}: {exc}"[:300]}
-    n, k = len(ops), sum(1 for _, q in ops if q)
+        return {"compute_ops": 0, "int8_ops": 0, "share": None, "macs": None, "int8_macs": None, "mac_share": None,
+                "error": f"{type(exc).__name__}: {exc}"[:300]}
+    n, k = len(ops), sum(1 for _, q, _ in ops if q)
+    known = all(m is not None for _, _, m in ops)
+    macs = sum(int(m) for _, _, m in ops if m is not None) if known else None
+    int8_macs = sum(int(m) for _, q, m in ops if q and m is not None) if known else None
     return {"compute_ops": n, "int8_ops": k, "share": round(k / n, 3) if n else None,
-            "float_ops": sorted({op for op, q in ops if not q})[:LIST_TOP]}
+            "macs": macs, "int8_macs": int8_macs, "mac_share": round(int8_macs / macs, 3) if macs else None,
+            "float_ops": sorted({op for op, q, _ in ops if not q})[:LIST_TOP]}
+
+
+def _prod(dims: Sequence[int]) -> int:
+    out = 1
+    for d in dims:
+        out *= int(d)
+    return out
+
+
+def _known(*shapes: Sequence[int] | None) -> bool:
+    return all(s is not None and all(isinstance(d, int) and d > 0 for d in s) for s in shapes)
+
+
+def _matmul_k(a: Sequence[int], out: Sequence[int]) -> int:
+    """The reduction length of ``a @ b`` given ``a``'s shape and the output's: ``a`` is (.., M, K)
+    or, transposed, (.., K, M); where both read the same (M == K) either is right."""
+    if len(a) == 1:
+        return int(a[0])
+    if len(out) >= 2 and a[-2] == out[-2]:
+        return int(a[-1])
+    return int(a[-2])
+
+
+def _macs(kind: str, ins: list[Sequence[int] | None], out: Sequence[int] | None) -> int | None:
+    """Multiply-accumulates of one compute op from its input and output shapes, in the framework's
+    own layout (``kind`` names it: ``onnx:Conv``, ``ov:Convolution``, ``tflite:CONV_2D``...); None
+    where a shape is unknown or the op is not one this reads."""
+    x = ins[0] if ins else None
+    w = ins[1] if len(ins) > 1 else None
+    fw, op = kind.split(":", 1)
+    if op in ("Conv", "Convolution", "CONV_2D", "DeformConv", "DeformableConvolution", "BinaryConvolution"):
+        return _prod(out) * _prod(w[1:]) if _known(w, out) else None  # (O, C/g, k...) / OHWI
+    if op == "GroupConvolution":  # (G, O/G, C/G, k...)
+        return _prod(out) * _prod(w[2:]) if _known(w, out) else None
+    if op == "DEPTHWISE_CONV_2D":  # (1, kh, kw, C*m)
+        return _prod(out) * _prod(w[1:3]) if _known(w, out) else None
+    if op in ("ConvTranspose", "ConvolutionBackpropData"):  # each input value scattered over (O/g, k...)
+        return _prod(x) * _prod(w[1:]) if _known(x, w) else None
+    if op == "GroupConvolutionBackpropData":  # (G, C/G, O/G, k...)
+        return _prod(x) * _prod(w[2:]) if _known(x, w) else None
+    if op == "TRANSPOSE_CONV":  # (output_shape, weights OHWI, input): ins given as (input, weights)
+        return _prod(x) * _prod(w[:3]) if _known(x, w) else None
+    if op == "CONV_3D":  # (kd, kh, kw, C, O)
+        return _prod(out) * _prod(w[:4]) if _known(w, out) else None
+    if op in ("MatMul", "BATCH_MATMUL"):
+        return _prod(out) * _matmul_k(x, out) if _known(x, out) else None
+    if op == "Gemm":  # (M, K) or transposed; output (M, N)
+        return _prod(out) * (int(x[1]) if x[0] == out[0] else int(x[0])) if _known(x, out) and len(x) == 2 else None
+    if op == "FULLY_CONNECTED":  # weights (O, I)
+        return _prod(out) * int(w[-1]) if _known(w, out) else None
+    if op in ("LSTM", "GRU", "RNN", "LSTMSequence", "GRUSequence", "RNNSequence", "LSTMCell", "GRUCell", "RNNCell",
+              "UNIDIRECTIONAL_SEQUENCE_LSTM", "BIDIRECTIONAL_SEQUENCE_LSTM", "UNIDIRECTIONAL_SEQUENCE_RNN",
+              "BIDIRECTIONAL_SEQUENCE_RNN"):
+        # every step multiplies its input and its hidden state by the gate weights: steps x batch
+        # (the input's values over its feature size) x the weights' elements
+        weights = [s for s in ins[1:] if s is not None]
+        return (_prod(x) // int(x[-1])) * sum(_prod(s) for s in weights) if _known(x, *weights) and weights else None
+    return None
 
 
 def label(c: dict[str, Any] | None) -> str:
-    """The summary table's cell: ``100% (12/12)``, ``67% (2/3; float: Conv)``, ``-`` where not known."""
+    """The summary table's cell: ``100% of MACs (12/12 ops)``, ``84% of MACs (2/3 ops; float: Conv)``,
+    ``67% of ops (2/3; float: Conv)`` where the MACs are not known, ``-`` where nothing is."""
     if not c or c.get("share") is None:
         return "-"
     kept = f"; float: {', '.join(c['float_ops'])}" if c.get("float_ops") else ""
-    return f"{c['share']:.0%} ({c['int8_ops']}/{c['compute_ops']}{kept})"
+    if c.get("mac_share") is not None:
+        return f"{c['mac_share']:.0%} of MACs ({c['int8_ops']}/{c['compute_ops']} ops{kept})"
+    return f"{c['share']:.0%} of ops ({c['int8_ops']}/{c['compute_ops']}{kept})"
 
 
 # ----------------------------------------------------------------------------- ONNX
-def _onnx_ops(path: Path) -> list[tuple[str, bool]]:
+def _onnx_shapes(model) -> dict[str, list[int]]:
+    """Every tensor's static shape that ONNX shape inference finds (initializers by their dims)."""
     import onnx
 
-    g = onnx.load(str(path), load_external_data=False).graph
+    try:
+        g = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # noqa: BLE001 - shapes are for weighing; a graph it cannot infer keeps the count
+        g = model.graph
+    shapes: dict[str, list[int]] = {i.name: [int(d) for d in i.dims] for i in g.initializer}
+    for v in list(g.value_info) + list(g.input) + list(g.output):
+        t = v.type.tensor_type
+        if t.HasField("shape"):
+            shapes[v.name] = [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim]
+    return shapes
+
+
+#: Where an ONNX compute op's weights sit, when they are not its second input (LSTM/GRU/RNN: W, R).
+ONNX_RECURRENT = frozenset({"LSTM", "GRU", "RNN"})
+
+
+def _onnx_ops(path: Path) -> list[tuple[str, bool, int | None]]:
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    g = model.graph
+    shapes = _onnx_shapes(model)
     dtype: dict[str, int] = {i.name: i.data_type for i in g.initializer}
     for n in g.node:
         if n.op_type == "Constant":
@@ -155,18 +253,37 @@ def _onnx_ops(path: Path) -> list[tuple[str, bool]]:
             node, hops = producer.get(node.input[0]), hops + 1
         return node is not None and node.op_type == "DequantizeLinear" and quantizer_dtype(node) in ONNX_8BIT
 
+    def weighed(n, kind: str) -> int | None:
+        if kind.startswith("QLinear"):  # (x, x_scale, x_zp, w, ...)
+            ins = [n.input[0], n.input[3] if len(n.input) > 3 else ""]
+        elif kind in ONNX_RECURRENT:
+            ins = list(n.input)[:3]
+        else:
+            ins = list(n.input)[:2]
+        base = {"QLinearConv": "Conv", "ConvInteger": "Conv", "QLinearMatMul": "MatMul", "MatMulInteger": "MatMul",
+                "MatMulIntegerToFloat": "MatMul", "QLinearConvTranspose": "ConvTranspose", "QGemm": "Gemm",
+                "DynamicQuantizeMatMul": "MatMul", "DynamicQuantizeLSTM": "LSTM"}.get(kind, kind)
+        return _macs(f"onnx:{base}", [shapes.get(t) if t else None for t in ins], shapes.get(n.output[0]) if n.output else None)
+
     ops = []
     for n in g.node:
         if n.op_type in ONNX_INTEGER:
-            ops.append((n.op_type, True))
+            ops.append((n.op_type, True, weighed(n, n.op_type)))
         elif n.op_type in ONNX_COMPUTE and n.domain in ("", "ai.onnx", "com.microsoft"):
             data = [t for t in list(n.input)[:2] if t]
-            ops.append((n.op_type, bool(data) and all(dequantized_8bit(t) for t in data)))
+            ops.append((n.op_type, bool(data) and all(dequantized_8bit(t) for t in data), weighed(n, n.op_type)))
     return ops
 
 
 # ----------------------------------------------------------------------------- OpenVINO IR
-def _openvino_ops(path: Path) -> list[tuple[str, bool]]:
+def _ov_dims(port) -> list[int] | None:
+    try:
+        return [int(d.text) for d in port.findall("dim")]
+    except (TypeError, ValueError):  # a dynamic dimension ("?", "-1")
+        return None
+
+
+def _openvino_ops(path: Path) -> list[tuple[str, bool, int | None]]:
     root = ET.parse(str(path)).getroot()
     layers = {layer.get("id"): layer for layer in root.iter("layer")}
     into: dict[tuple[str | None, str | None], str | None] = {}  # (to layer, to port) -> from layer
@@ -224,6 +341,22 @@ def _openvino_ops(path: Path) -> list[tuple[str, bool]]:
             return "fq"
         return ""
 
+    def weighed(layer, kind: str) -> int | None:
+        inp, outp = layer.find("input"), layer.find("output")
+        ins = [_ov_dims(p) for p in inp.findall("port")] if inp is not None else []
+        outs = [_ov_dims(p) for p in outp.findall("port")] if outp is not None else []
+        if "Sequence" in kind or "Cell" in kind:  # (X, H0, [C0,] [seq_len,] W, R, B): weigh by W and R
+            w_r = [d for d in ins[1:] if d is not None and len(d) >= 2][-3:-1] if "Sequence" in kind else ins[-3:-1]
+            ins = ins[:1] + w_r
+        data = layer.find("data")
+        if kind == "MatMul" and ins and ins[0] is not None and data is not None and data.get("transpose_a") == "true":
+            # transpose_a: the reduction is the other axis
+            a = list(ins[0])
+            if len(a) >= 2:
+                a[-1], a[-2] = a[-2], a[-1]
+                ins = [a] + ins[1:]
+        return _macs(f"ov:{kind}", ins, outs[0] if outs else None)
+
     ops = []
     for layer in layers.values():
         kind = layer.get("type")
@@ -231,12 +364,12 @@ def _openvino_ops(path: Path) -> list[tuple[str, bool]]:
             continue
         ports = in_ports(layer)[:2]
         found = [quantized(source(layer.get("id"), p)) for p in ports]
-        ops.append((kind, bool(found) and all(found) and "fq" in found))
+        ops.append((kind, bool(found) and all(found) and "fq" in found, weighed(layer, kind)))
     return ops
 
 
 # ----------------------------------------------------------------------------- TFLite
-def _tflite_ops(path: Path) -> list[tuple[str, bool]]:
+def _tflite_ops(path: Path) -> list[tuple[str, bool, int | None]]:
     from .tflite_native import _load, _op_names  # the flatbuffer reader and op names the TFLite rewrites use
 
     schema, m = _load(path.read_bytes())
@@ -247,7 +380,7 @@ def _tflite_ops(path: Path) -> list[tuple[str, bool]]:
         for op in sg.operators or []:
             kind = codes[op.opcodeIndex] if op.opcodeIndex < len(codes) else ""
             if kind in TFLITE_INT8_CUSTOM:
-                ops.append((kind, True))
+                ops.append((kind, True, None))  # a compiled Edge TPU subgraph: its MACs are not in the file
                 continue
             if kind not in TFLITE_COMPUTE:
                 continue
@@ -259,5 +392,12 @@ def _tflite_ops(path: Path) -> list[tuple[str, bool]]:
             else:
                 data = ins[:2]
             data = [t for t in data if t >= 0]
-            ops.append((kind, len(data) == 2 and all(sg.tensors[t].type in eight for t in data)))
+            shape = lambda t: [int(d) for d in sg.tensors[t].shape] if t >= 0 and sg.tensors[t].shape is not None else None  # noqa: E731
+            outs = [int(t) for t in (op.outputs if op.outputs is not None else [])]
+            if "LSTM" in kind or "RNN" in kind:  # input, then every 2-D weight matrix (input and recurrent)
+                weigh = [shape(ins[0])] + [shape(t) for t in ins[1:9] if t >= 0 and len(sg.tensors[t].shape) == 2]
+            else:
+                weigh = [shape(t) for t in data]
+            macs = _macs(f"tflite:{kind}", weigh, shape(outs[0]) if outs else None)
+            ops.append((kind, len(data) == 2 and all(sg.tensors[t].type in eight for t in data), macs))
     return ops

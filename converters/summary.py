@@ -34,8 +34,8 @@ class FormatOutcome:
         route: How the artifact was made.
         advice: When the gate failed after recovery: what to try next, from what the search did.
         int8_compute: Of the artifact's compute ops (convolutions, matmuls), how many run in int8,
-            read from the file: ``compute_ops``, ``int8_ops``, ``share``, ``float_ops``
-            (:mod:`~.int8_compute`); empty where not known.
+            read from the file: ``compute_ops``, ``int8_ops``, ``share``, ``macs``, ``int8_macs``,
+            ``mac_share``, ``float_ops`` (:mod:`~.int8_compute`); empty where not known.
     """
 
     format: str

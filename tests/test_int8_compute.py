@@ -1,6 +1,7 @@
 """"int8 means int8": the share of an artifact's compute ops that really run in int8, read from the
 file (ONNX QDQ, OpenVINO IR, TFLite), recorded in the gate report, the manifest, the summary table
-and ``--json`` (a floor that decides comes next: issue 55).
+and ``--json``, by op count and weighed by multiply-accumulates (a floor that decides comes next:
+issue 55).
 
 Small real models built by code: the outlier CNN of tests/heads.py (three convolutions) quantized
 by ONNX Runtime's ``quantize_static`` and by NNCF, whole and with a convolution excluded; a TFLite
@@ -61,13 +62,23 @@ def _ir(src, dst, feeds, ignored=()):
     return dst
 
 
+#: The outlier CNN's multiply-accumulates, by hand: output elements x each one's reduction.
+#: conv_a 3x3 over 4 channels into 8x16x16; conv_outlier and conv_mix 1x1 over 8 into 8 and 6 x16x16.
+MACS = {"conv_a": 8 * 16 * 16 * 4 * 3 * 3, "conv_outlier": 8 * 16 * 16 * 8, "conv_mix": 6 * 16 * 16 * 8}
+ALL = sum(MACS.values())  # 102,400
+
+
 def test_onnx_float_qdq_and_partly_excluded(models):
     root, feeds = models["root"], models["feeds"]
-    assert int8_share(models["float"], "onnx-qdq") == {"compute_ops": 3, "int8_ops": 0, "share": 0.0, "float_ops": ["Conv"]}
+    assert int8_share(models["float"], "onnx-qdq") == {"compute_ops": 3, "int8_ops": 0, "share": 0.0, "macs": ALL,
+                                                       "int8_macs": 0, "mac_share": 0.0, "float_ops": ["Conv"]}
     whole = int8_share(_qdq(models["float"], root / "qdq.onnx", feeds), "onnx-qdq")
-    assert whole == {"compute_ops": 3, "int8_ops": 3, "share": 1.0, "float_ops": []}
+    assert whole == {"compute_ops": 3, "int8_ops": 3, "share": 1.0, "macs": ALL, "int8_macs": ALL, "mac_share": 1.0,
+                     "float_ops": []}
     part = int8_share(_qdq(models["float"], root / "part.onnx", feeds, exclude=["conv_outlier"]), "onnx-qdq")
     assert part["compute_ops"] == 3 and part["int8_ops"] == 2 and part["share"] == 0.667 and part["float_ops"] == ["Conv"]
+    # one op in three kept float, but the small one: most of the work is still int8
+    assert part["macs"] == ALL and part["int8_macs"] == ALL - MACS["conv_outlier"] and part["mac_share"] == 0.84, part
 
 
 def test_onnx_integer_ops_and_16bit_qdq(models):
@@ -88,11 +99,13 @@ def test_openvino_ir_nncf_whole_partly_and_float(models):
 
     root, feeds = models["root"], models["feeds"]
     ov.save_model(ov.convert_model(str(models["float"])), str(root / "fp.xml"))
-    assert int8_share(root / "fp.xml", "openvino-ir") == {"compute_ops": 3, "int8_ops": 0, "share": 0.0,
-                                                          "float_ops": ["Convolution"]}
-    assert int8_share(_ir(models["float"], root / "q.xml", feeds), "openvino-ir")["share"] == 1.0
+    assert int8_share(root / "fp.xml", "openvino-ir") == {"compute_ops": 3, "int8_ops": 0, "share": 0.0, "macs": ALL,
+                                                          "int8_macs": 0, "mac_share": 0.0, "float_ops": ["Convolution"]}
+    whole = int8_share(_ir(models["float"], root / "q.xml", feeds), "openvino-ir")
+    assert whole["share"] == 1.0 and whole["mac_share"] == 1.0 and whole["macs"] == ALL, whole
     part = int8_share(_ir(models["float"], root / "p.xml", feeds, ignored=["conv_mix"]), "openvino-ir")
-    assert part == {"compute_ops": 3, "int8_ops": 2, "share": 0.667, "float_ops": ["Convolution"]}, part
+    assert part == {"compute_ops": 3, "int8_ops": 2, "share": 0.667, "macs": ALL, "int8_macs": ALL - MACS["conv_mix"],
+                    "mac_share": 0.88, "float_ops": ["Convolution"]}, part
 
 
 def _tflite(path, conv_type: str, fc_type: str):
@@ -147,7 +160,9 @@ def _tflite(path, conv_type: str, fc_type: str):
 def test_tflite_tensor_types(tmp_path):
     assert int8_share(_tflite(tmp_path / "a.tflite", "int8", "int8"), "tflite-int8")["share"] == 1.0
     half = int8_share(_tflite(tmp_path / "b.tflite", "int8", "float32"), "tflite-int8")
-    assert half == {"compute_ops": 2, "int8_ops": 1, "share": 0.5, "float_ops": ["FULLY_CONNECTED"]}
+    # the 1x1 convolution: 16 outputs x 1; the fully connected layer: 2 outputs x 16 inputs
+    assert half == {"compute_ops": 2, "int8_ops": 1, "share": 0.5, "macs": 16 + 32, "int8_macs": 16, "mac_share": 0.333,
+                    "float_ops": ["FULLY_CONNECTED"]}
     # 16x8 (int16 activations, int8 weights) is not int8 compute
     none = int8_share(_tflite(tmp_path / "c.tflite", "int16", "float32"), "tflite-int8")
     assert none["int8_ops"] == 0 and none["float_ops"] == ["CONV_2D", "FULLY_CONNECTED"]
@@ -164,19 +179,22 @@ def test_folder_lookup_and_unreadable_files(models, tmp_path):
     for path, fmt in ((tmp_path / "missing.xml", "openvino-ir"), (folder / "other.onnx", "tflite-int8"),
                       (folder / "manifest.json", "openvino-ir"), (folder, "tensorrt")):
         r = int8_share(path, fmt)
-        assert r["compute_ops"] == 0 and r["share"] is None and r["error"], (path, fmt, r)
+        assert r["compute_ops"] == 0 and r["share"] is None and r["mac_share"] is None and r["error"], (path, fmt, r)
 
 
 def test_summary_table_shows_the_int8_share_and_the_float_ops():
-    c = {"compute_ops": 8, "int8_ops": 7, "share": 0.875, "float_ops": ["MatMul"]}
+    c = {"compute_ops": 8, "int8_ops": 7, "share": 0.875, "macs": 1000, "int8_macs": 990, "mac_share": 0.99,
+         "float_ops": ["MatMul"]}
     p = ProfileSummary("arm-cpu", "out/arm-cpu", True, ["onnx-qdq"], [], "passed", {},
                        outcomes=[FormatOutcome("onnx-qdq", "published", figures="cos 0.99", int8_compute=c),
                                  FormatOutcome("tflite-int8", "conversion_failed", "no converter")])
     lines = ConvertSummary("m.onnx", "onnx", "out", [p]).table()
     assert re.split(r"\s{2,}", lines[0]) == ["profile", "format", "result", "int8 compute", "why / figures"]
-    assert re.split(r"\s{2,}", lines[1])[3:] == ["88% (7/8; float: MatMul)", "cos 0.99"]
+    assert re.split(r"\s{2,}", lines[1])[3:] == ["99% of MACs (7/8 ops; float: MatMul)", "cos 0.99"]
     assert re.split(r"\s{2,}", lines[2])[3] == "-"  # not known: a conversion failed
     assert label({"compute_ops": 0, "int8_ops": 0, "share": None, "error": "x"}) == "-"
+    # MACs not known (an Edge TPU custom op, a dynamic dimension): the count, and it says so
+    assert label(dict(c, macs=None, int8_macs=None, mac_share=None)) == "88% of ops (7/8; float: MatMul)"
     assert ConvertSummary("m.onnx", "onnx", "out", [p]).to_dict()["profiles"][0]["outcomes"][0]["int8_compute"] == c
 
 
@@ -195,7 +213,8 @@ def test_pipeline_records_the_share_everywhere(models, tmp_path, cli):
         for fmt in m.formats:
             c = m.accuracy["formats"][fmt]["int8_compute"]
             seen[(p.profile, fmt)] = c
-            assert c["compute_ops"] == 3 and c["share"] == 1.0, (p.profile, fmt, c)
+            # the same work read from every format's file (NCHW ONNX and IR, NHWC TFLite)
+            assert c["compute_ops"] == 3 and c["share"] == 1.0 and c["macs"] == ALL and c["mac_share"] == 1.0, (p.profile, fmt, c)
             assert int8_share(p.folder, fmt) == c
         assert all(o.int8_compute["share"] == 1.0 for o in p.outcomes if o.status != "conversion_failed")
     assert {fmt for _, fmt in seen} >= {"onnx-qdq", "tflite-int8", "openvino-ir"}, seen
@@ -204,5 +223,6 @@ def test_pipeline_records_the_share_everywhere(models, tmp_path, cli):
             "--allow-accuracy-drop", "--json")
     assert r.returncode == 0, r.stderr[-2000:]
     (o,) = json.loads(r.stdout)["profiles"][0]["outcomes"]
-    assert o["int8_compute"] == {"compute_ops": 3, "int8_ops": 0, "share": 0.0, "float_ops": ["Conv"]}, o
-    assert "0% (0/3; float: Conv)" in r.stderr
+    assert o["int8_compute"] == {"compute_ops": 3, "int8_ops": 0, "share": 0.0, "macs": ALL, "int8_macs": 0,
+                                 "mac_share": 0.0, "float_ops": ["Conv"]}, o
+    assert "0% of MACs (0/3 ops; float: Conv)" in r.stderr
