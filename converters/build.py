@@ -30,7 +30,7 @@ from edge_sdk.profiles import Profile
 
 from . import accuracy as acc
 from .base import FORMATS, FormatResult, SourceModel
-from .int8_compute import label
+from .int8_compute import INT8_FORMATS, floor_failure, label
 from .openvino_bake import bake_formats
 from .publish import drop_formats, keep_rejected
 from .recovery import Recovery, RecoveryConfig, convert_format, copy_into
@@ -106,6 +106,29 @@ def _convert_formats(ctx: BuildContext) -> tuple[dict[str, Recovery], dict[str, 
     return recs, failed, warnings
 
 
+def _int8_floor(ctx: BuildContext, results: dict, reports: dict) -> set[str]:
+    """"int8 means int8": the formats whose chosen artifact is not int8 enough for the profile's
+    floor (``quantization.min_int8_share``) fail their gate, the reason first. Decided after
+    recovery, on the artifact it chose: recovery keeps the fewest layers float that pass, so no
+    passing candidate of higher share was left behind. Each report's ``int8_compute.floor`` records
+    the decision and the accuracy verdict it was made beside (``accuracy_passed``)."""
+    floor = ctx.profile.quantization.min_int8_share
+    target = "" if ctx.profile.operators.compiler == "edgetpu_compiler" else ctx.profile.name  # the TPU runs no float
+    refused = set()
+    for fmt, r in reports.items():
+        c = r.get("int8_compute")
+        if fmt not in INT8_FORMATS or results[fmt].precision != "int8" or not c:
+            continue
+        why = floor_failure(c, floor, target)
+        c["floor"] = {"min_share": floor, "by": "MACs" if c.get("mac_share") is not None else "ops",
+                      "passed": not why, "accuracy_passed": bool(r["passed"])}
+        if why:
+            refused.add(fmt)
+            r["failures"] = [why] + list(r.get("failures") or [])
+            r["passed"] = False
+    return refused
+
+
 def _build(ctx: BuildContext, final: Path, stage: Path) -> ProfileSummary:
     name, cs = ctx.profile.name, ctx.prep.calib
     recs, outcomes, warnings = _convert_formats(ctx)
@@ -122,13 +145,14 @@ def _build(ctx: BuildContext, final: Path, stage: Path) -> ProfileSummary:
     reports = {fmt: rec.chosen.report for fmt, rec in recs.items()}
     manifest = manifest_for(ctx, results, stage, warnings)
     _record_recovery(ctx, manifest, recs, stage)
+    not_int8 = _int8_floor(ctx, results, reports)
     for fmt, r in reports.items():
         where = f"{r['backend']}/{r['device']}" + ("" if r["native"] else " (CPU stand-in)")
         ctx.say(f"{fmt} gate on {where}: {acc.report_figures(r)}")
         if r.get("int8_compute"):
             ctx.say(f"{fmt} int8 compute (convolutions, matmuls running in int8): {label(r['int8_compute'])}")
         ctx.say(f"{fmt} gate: " + ("passed" if r["passed"] else "FAILED: " + "; ".join(r["failures"])))
-    passed = [f for f in results if reports[f]["passed"] or not cs.calibrated]
+    passed = [f for f in results if (reports[f]["passed"] or not cs.calibrated) and f not in not_int8]
     failing = [f for f in results if f not in passed]
     meaningful = cs.calibrated
     accuracy = {"gate": "not_meaningful" if not meaningful else ("failed" if failing else "passed"),
@@ -145,12 +169,13 @@ def _build(ctx: BuildContext, final: Path, stage: Path) -> ProfileSummary:
         status = "published" if f in passed else ("kept" if ctx.allow_drop else "gate_failed")
         why = "" if f in passed else "; ".join(reports[f]["failures"])
         outcomes[f] = FormatOutcome(f, status, why, acc.report_figures(reports[f]), results[f].route,  # type: ignore[arg-type]
-                                    "" if f in passed else recs[f].advice, dict(reports[f].get("int8_compute") or {}))
+                                    "" if f in passed or (f in not_int8 and reports[f]["int8_compute"]["floor"]["accuracy_passed"])
+                                    else recs[f].advice, dict(reports[f].get("int8_compute") or {}))
     ordered = [outcomes[f] for f in ctx.profile.artifact.formats if f in outcomes]
     publish = list(results) if ctx.allow_drop else passed
     if not publish:
         raise _NothingPublished(ProfileSummary(name, str(final), False, [], [], "failed", accuracy, warnings, ordered,
-                                               rejected, "every format failed its accuracy gate"))
+                                               rejected, "every format failed its gate (accuracy, or int8 share)"))
     if failing and not ctx.allow_drop:
         drop_formats(stage, manifest, set(failing))
         recovery = manifest.backend_options.get("recovery")

@@ -26,8 +26,9 @@ the count is all there is.
 
 Recorded per candidate in its gate report (``int8_compute``: the manifest's
 ``accuracy.formats.<format>.int8_compute``), the summary table's ``int8 compute`` column and
-``--json``. Not yet a decision: a floor under which an int8 format is not published comes next
-(issue 55), once every practice and wider row's share by MACs is on record.
+``--json``. :func:`floor_failure` decides with it: an int8 artifact whose share is under the
+profile's ``quantization.min_int8_share`` (``--min-int8-share``), or that has compute ops and
+none of them in int8, is not published as int8 (build.py fails its gate with the reason first).
 """
 
 from __future__ import annotations
@@ -188,6 +189,31 @@ def _macs(kind: str, ins: list[Sequence[int] | None], out: Sequence[int] | None)
         weights = [s for s in ins[1:] if s is not None]
         return (_prod(x) // int(x[-1])) * sum(_prod(s) for s in weights) if _known(x, *weights) and weights else None
     return None
+
+
+def floor_failure(c: dict[str, Any] | None, floor: float, target: str = "") -> str:
+    """Why an int8 artifact with this ``int8_compute`` is not int8 enough, or ``""``.
+
+    It is not when it has compute ops and none of them runs in int8, or when its share of the
+    work (``mac_share``; ``share``, the op count, where the MACs are not known) is under ``floor``.
+    An artifact whose file could not be read (``share`` None) or that has no compute ops is not
+    judged here: there is nothing to weigh."""
+    if not c or c.get("share") is None or not c.get("compute_ops"):
+        return ""
+    by_macs = c.get("mac_share") is not None
+    share = float(c["mac_share"] if by_macs else c["share"])
+    if c.get("int8_ops") and share >= floor:
+        return ""
+    kinds = ", ".join(c.get("float_ops") or []) or "all"
+    runs = f"; the float model runs on {target} as it is" if target else ""
+    if not c.get("int8_ops"):
+        found = f"none of its {c['compute_ops']} compute ops runs in int8 ({kinds} float)"
+    else:
+        what = "multiply-accumulates" if by_macs else "compute ops"
+        found = (f"{share:.1%} of its {what} run in int8 ({c['int8_ops']} of {c['compute_ops']} ops; {kinds} float), "
+                 f"under the floor of {floor:.0%}")
+    return (f"not an int8 artifact: {found}{runs}; keep fewer layers float (--float-nodes, or calibration data "
+            "that covers them), or set the floor with --min-int8-share")
 
 
 def label(c: dict[str, Any] | None) -> str:

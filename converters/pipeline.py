@@ -210,13 +210,15 @@ class ConvertConfig:
     bake: BakeRequest | None = None
     allow_accuracy_drop: bool = False
     force: bool = False
+    min_int8_share: float | None = None
 
 
 def convert(model, profiles, out, *, calib=None, calib_count: int | None = None, input_shapes=None, preprocess=None,
             allow_accuracy_drop: bool = False, force: bool = False, validation_fn: Callable | None = None,
             validation=None, outputs=None, metric=None, recover: str = "mixed", recover_budget: float | None = None,
             float_nodes=None, calib_method: str | None = None, stream=None, head=None, labels=None,
-            bake_preprocess=None, progress: Callable[[str], None] | None = _stderr) -> ConvertSummary:
+            bake_preprocess=None, min_int8_share: float | None = None,
+            progress: Callable[[str], None] | None = _stderr) -> ConvertSummary:
     """Convert ``model`` for each profile into ``out/<profile>/``.
 
     Args:
@@ -262,6 +264,9 @@ def convert(model, profiles, out, *, calib=None, calib_count: int | None = None,
             ``"480x640,bgr"`` (frame ``HxW``, colour ``bgr``/``rgb``/``gray``, ``resize=auto|linear|pillow``),
             a dict of those or a :class:`~.openvino_bake.BakeRequest`; done after the gate and checked
             against the host path (:mod:`.openvino_bake`), recorded as ``preprocessing.baked``.
+        min_int8_share: The share of compute (multiply-accumulates) an int8 artifact must run in
+            int8 to be published as int8, 0 to 1, instead of each profile's
+            ``quantization.min_int8_share``; one with none in int8 never is (:mod:`.int8_compute`).
         progress: Called with one line per profile and stage (default: stderr; None: silent).
 
     Returns:
@@ -290,7 +295,8 @@ def convert(model, profiles, out, *, calib=None, calib_count: int | None = None,
                 preprocess=_normalize_preprocess(preprocess), outputs=_normalize_outputs(outputs),
                 metric=_normalize_metric(metric), validation=_materialize(validation), validation_fn=validation_fn,
                 recovery=recovery, streams=parse_streams(stream) or [], head=(head, labels),
-                bake=parse_bake(bake_preprocess), allow_accuracy_drop=allow_accuracy_drop, force=force)
+                bake=parse_bake(bake_preprocess), allow_accuracy_drop=allow_accuracy_drop, force=force,
+                min_int8_share=_check_share(min_int8_share))
             return _convert(model, profiles, Path(out), cfg, progress or (lambda _line: None))
     finally:
         # Leave no trace of a run that published nothing: remove the output folder we created.
@@ -312,8 +318,23 @@ def _locked(out: Path, log):
                                    "Wait for it to finish, or choose another --out.") from None
 
 
+def _check_share(share) -> float | None:
+    if share is None:
+        return None
+    try:
+        value = float(share)
+    except (TypeError, ValueError):
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise InputValidationError(f"--min-int8-share must be a share between 0 and 1, got {share!r}.",
+                                   "e.g. 0.5: half of the compute (multiply-accumulates) must run in int8.")
+    return value
+
+
 def _convert(model, profiles, out: Path, cfg: ConvertConfig, log) -> ConvertSummary:
     profs = _resolve_profiles(profiles, log)
+    if cfg.min_int8_share is not None:  # the caller's floor instead of each profile's
+        profs = [replace(p, quantization=replace(p.quantization, min_int8_share=cfg.min_int8_share)) for p in profs]
     check_bake_profiles(cfg.bake, [list(p.artifact.formats) for p in profs])
     existing = [p.name for p in profs if (out / p.name).exists()]
     if existing and not cfg.force:

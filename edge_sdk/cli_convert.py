@@ -52,6 +52,9 @@ from .errors import ConversionError
 @click.option("--bake-preprocess", default=None, metavar="HxW[,COLOR][,resize=auto|linear|pillow]",
               help="OpenVINO IR only: compile the preprocessing into the IR for camera frames of this size and "
                    "colour (bgr, rgb, gray, nv12, yuv420; default bgr), e.g. 480x640,bgr. Recorded in the manifest.")
+@click.option("--min-int8-share", "min_int8_share", type=click.FloatRange(0, 1), default=None, metavar="SHARE",
+              help="The share of compute (multiply-accumulates) an int8 artifact must run in int8 to be published "
+                   "as int8, 0 to 1 (default: the profile's quantization.min_int8_share). None at all never is.")
 @click.option("--allow-accuracy-drop", is_flag=True, help="Write the artifact even if the accuracy gate fails.")
 @click.option("--force", is_flag=True, help="Replace existing artifact folders.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
@@ -60,19 +63,20 @@ from .errors import ConversionError
 @click.option("--tls", "tls_dir", type=click.Path(file_okay=False), help="With --fleet: the `edge-sdk fleet certs` folder.")
 @click.option("--insecure", is_flag=True, help="With --fleet: allow plain TCP to a non-loopback scheduler.")
 def convert(model, profiles, out, calib, validation, calib_count, input_shapes, preprocess, outputs, metric, recover,
-            recover_budget, float_nodes, calib_method, streams, head, labels, bake_preprocess, allow_accuracy_drop, force,
-            as_json, fleet_address, tls_dir, insecure):
+            recover_budget, float_nodes, calib_method, streams, head, labels, bake_preprocess, min_int8_share,
+            allow_accuracy_drop, force, as_json, fleet_address, tls_dir, insecure):
     """Convert MODEL (ONNX, SavedModel, .keras/.h5/.hdf5, float .tflite) into one artifact per --profile.
 
     Every profile is attempted; each format is judged by the accuracy gate and published on its
     own. The run ends with a profile x format table; it exits 6 if something could not be
     converted, 7 if a gate failed (the other profiles and formats are still published).
     """
-    if fleet_address and (streams or head or labels or bake_preprocess):
+    if fleet_address and (streams or head or labels or bake_preprocess or min_int8_share is not None):
         from .errors import InputValidationError
 
         given = [f for f, v in (("--stream", streams), ("--head", head), ("--labels", labels),
-                                ("--bake-preprocess", bake_preprocess)) if v]
+                                ("--bake-preprocess", bake_preprocess), ("--min-int8-share", min_int8_share is not None))
+                 if v]
         raise InputValidationError(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} not sent over the "
                                    "fleet yet.", "Convert such a model here, without --fleet.")
     if fleet_address:
@@ -91,7 +95,7 @@ def convert(model, profiles, out, calib, validation, calib_count, input_shapes, 
                               input_shapes=list(input_shapes), preprocess=preprocess, outputs=list(outputs),
                               metric=metric, recover=recover, recover_budget=recover_budget,
                               float_nodes=list(float_nodes), calib_method=calib_method, stream=list(streams),
-                              head=head, labels=labels, bake_preprocess=bake_preprocess,
+                              head=head, labels=labels, bake_preprocess=bake_preprocess, min_int8_share=min_int8_share,
                               allow_accuracy_drop=allow_accuracy_drop, force=force)
     except ConversionError as exc:
         report = getattr(exc, "report", None)

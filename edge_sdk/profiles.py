@@ -83,6 +83,10 @@ class QuantizationSpec:
     output_dtype: Literal["float32", "int8", "uint8"] = "float32"
     calibration_method: Literal["minmax", "entropy", "percentile"] = "minmax"
     min_calibration_samples: int = 100
+    #: The int8 share of compute (by multiply-accumulates; by op count where those cannot be read)
+    #: under which an int8 artifact is not published as int8 (converters/int8_compute.py). An
+    #: artifact with compute ops and none of them in int8 never is, whatever the floor.
+    min_int8_share: float = 0.0
 
     @property
     def dense(self) -> Literal["per-channel", "per-tensor"]:
@@ -373,6 +377,10 @@ def _validate(profile: Profile, where: str) -> Profile:
                      ("operators.max_rank", profile.operators.max_rank), ("artifact.opset", profile.artifact.opset)):
         if low < 0:
             raise ProfileError(f"{where}: key '{key}': must be 0 or more, got {low}")
+    share = profile.quantization.min_int8_share
+    if not 0.0 <= share <= 1.0:
+        raise ProfileError(f"{where}: key 'quantization.min_int8_share': must be between 0 and 1, got {share}",
+                           "The share of the compute (multiply-accumulates) that must run in int8, e.g. 0.5.")
     for key in ("p99_ms", "p50_ms"):
         value = getattr(profile.budget, key)
         if value is not None and not value > 0:

@@ -1,7 +1,7 @@
 """"int8 means int8": the share of an artifact's compute ops that really run in int8, read from the
 file (ONNX QDQ, OpenVINO IR, TFLite), recorded in the gate report, the manifest, the summary table
-and ``--json``, by op count and weighed by multiply-accumulates (a floor that decides comes next:
-issue 55).
+and ``--json``, by op count and weighed by multiply-accumulates; an int8 artifact under the
+profile's floor (``--min-int8-share``), or with none of its compute in int8, is not published as int8.
 
 Small real models built by code: the outlier CNN of tests/heads.py (three convolutions) quantized
 by ONNX Runtime's ``quantize_static`` and by NNCF, whole and with a convolution excluded; a TFLite
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import edge_sdk
-from edge_sdk.converters.int8_compute import int8_share, label, model_path
+from edge_sdk.converters.int8_compute import floor_failure, int8_share, label, model_path
 from edge_sdk.converters.summary import ConvertSummary, FormatOutcome, ProfileSummary
 from edge_sdk.manifest import read_manifest
 from heads import OUTLIER_INPUT, outlier_feeds, outlier_onnx
@@ -215,14 +215,90 @@ def test_pipeline_records_the_share_everywhere(models, tmp_path, cli):
             seen[(p.profile, fmt)] = c
             # the same work read from every format's file (NCHW ONNX and IR, NHWC TFLite)
             assert c["compute_ops"] == 3 and c["share"] == 1.0 and c["macs"] == ALL and c["mac_share"] == 1.0, (p.profile, fmt, c)
-            assert int8_share(p.folder, fmt) == c
+            assert int8_share(p.folder, fmt) == {k: v for k, v in c.items() if k != "floor"}
+            assert c["floor"]["min_share"] == 0.0 and c["floor"]["passed"] is True, c  # the profiles' floor
         assert all(o.int8_compute["share"] == 1.0 for o in p.outcomes if o.status != "conversion_failed")
     assert {fmt for _, fmt in seen} >= {"onnx-qdq", "tflite-int8", "openvino-ir"}, seen
     r = cli("convert", str(models["float"]), "--profile", "jetson-orin", "--out", str(tmp_path / "float"), "--calib",
-            str(root / "calib.npz"), "--val", str(root / "val.npz"), "--recover", "off", "--float-nodes", "Conv",
-            "--allow-accuracy-drop", "--json")
-    assert r.returncode == 0, r.stderr[-2000:]
+            str(root / "calib.npz"), "--val", str(root / "val.npz"), "--recover", "off", "--float-nodes", "Conv", "--json")
+    assert r.returncode == 7, r.stderr[-2000:]  # the gate's exit code: this artifact is not int8
     (o,) = json.loads(r.stdout)["profiles"][0]["outcomes"]
-    assert o["int8_compute"] == {"compute_ops": 3, "int8_ops": 0, "share": 0.0, "macs": ALL, "int8_macs": 0,
-                                 "mac_share": 0.0, "float_ops": ["Conv"]}, o
-    assert "0% of MACs (0/3 ops; float: Conv)" in r.stderr
+    assert o["status"] == "gate_failed" and o["int8_compute"] == {
+        "compute_ops": 3, "int8_ops": 0, "share": 0.0, "macs": ALL, "int8_macs": 0, "mac_share": 0.0, "float_ops": ["Conv"],
+        "floor": {"min_share": 0.0, "by": "MACs", "passed": False, "accuracy_passed": True}}, o
+    assert o["reason"].startswith("not an int8 artifact: none of its 3 compute ops runs in int8 (Conv float); "
+                                  "the float model runs on jetson-orin as it is; keep fewer layers float"), o["reason"]
+    assert not o["advice"]  # the accuracy gate passed: recovery advice would mislead
+    table = [line for line in r.stderr.splitlines() if line.startswith("jetson-orin  onnx-qdq")]
+    assert table and "gate FAILED  0% of MACs (0/3 ops; float: Conv)  not an int8 artifact" in table[0], r.stderr[-3000:]
+    assert not (tmp_path / "float" / "jetson-orin").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("floor, published", [(0.9, False), (0.85, True)])
+def test_the_floor_is_on_the_share_of_the_work(models, tmp_path, cli, floor, published):
+    """conv_mix (the layer reading the outlier channel) kept float: 2 of 3 ops, but 88% of the
+    multiply-accumulates run in int8. A floor of 90% refuses it and says by how much; 85% publishes
+    it, and the manifest records the floor."""
+    root = models["root"]
+    np.savez(root / "calib.npz", x=outlier_feeds(40, seed=2))
+    np.savez(root / "val.npz", x=outlier_feeds(30, seed=1))
+    out = tmp_path / "out"
+    r = cli("convert", str(models["float"]), "--profile", "jetson-orin", "--out", str(out), "--calib",
+            str(root / "calib.npz"), "--val", str(root / "val.npz"), "--recover", "off", "--float-nodes", "conv_mix",
+            "--min-int8-share", str(floor), "--json")
+    (o,) = json.loads(r.stdout)["profiles"][0]["outcomes"]
+    assert o["int8_compute"]["floor"] == {"min_share": floor, "by": "MACs", "passed": published, "accuracy_passed": True}, o
+    if published:
+        assert r.returncode == 0 and o["status"] == "published", r.stderr[-2000:]
+        c = read_manifest(out / "jetson-orin").accuracy["formats"]["onnx-qdq"]["int8_compute"]
+        assert c["mac_share"] == 0.88 and c["floor"]["passed"] is True, c
+    else:
+        assert r.returncode == 7 and o["status"] == "gate_failed", r.stderr[-2000:]
+        assert o["reason"].startswith("not an int8 artifact: 88.0% of its multiply-accumulates run in int8 "
+                                      "(2 of 3 ops; Conv float), under the floor of 90%"), o["reason"]
+        assert not (out / "jetson-orin").exists()
+
+
+def test_floor_failure_by_macs_by_ops_and_not_judged():
+    c = {"compute_ops": 7, "int8_ops": 4, "share": 0.571, "macs": 1000, "int8_macs": 127, "mac_share": 0.127,
+         "float_ops": ["Conv", "LSTM"]}
+    assert floor_failure(c, 0.1) == ""
+    assert floor_failure(c, 0.5, "arm-cpu") == (
+        "not an int8 artifact: 12.7% of its multiply-accumulates run in int8 (4 of 7 ops; Conv, LSTM float), under the "
+        "floor of 50%; the float model runs on arm-cpu as it is; keep fewer layers float (--float-nodes, or calibration "
+        "data that covers them), or set the floor with --min-int8-share")
+    # the MACs not known (a dynamic dimension, an Edge TPU custom op): the op count decides, and says so
+    by_ops = dict(c, macs=None, int8_macs=None, mac_share=None)
+    assert floor_failure(by_ops, 0.5) == "" and "57.1% of its compute ops run in int8" in floor_failure(by_ops, 0.6)
+    # none in int8 is never int8, whatever the floor
+    none = dict(c, int8_ops=0, share=0.0, int8_macs=0, mac_share=0.0)
+    assert floor_failure(none, 0.0).startswith("not an int8 artifact: none of its 7 compute ops runs in int8")
+    # nothing to weigh: an unreadable file, a model without compute ops
+    assert floor_failure({"compute_ops": 0, "int8_ops": 0, "share": None, "error": "x"}, 0.5) == ""
+    assert floor_failure({"compute_ops": 0, "int8_ops": 0, "share": None, "mac_share": None}, 0.5) == ""
+    assert floor_failure(dict(c, mac_share=0.5), 0.5) == ""  # at the floor is not under it
+
+
+def test_a_floor_outside_0_to_1_is_refused(models, tmp_path, cli):
+    from edge_sdk.errors import InputValidationError, ProfileError
+    from edge_sdk.profiles import load_profile_file
+
+    r = cli("convert", str(models["float"]), "--profile", "jetson-orin", "--out", str(tmp_path / "o"), "--calib", "random",
+            "--min-int8-share", "1.5")
+    assert r.returncode == 2 and "--min-int8-share" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    with pytest.raises(InputValidationError, match="min-int8-share must be a share between 0 and 1"):
+        edge_sdk.convert(models["float"], "jetson-orin", tmp_path / "o", calib="random", min_int8_share=-0.1, progress=None)
+    assert not (tmp_path / "o").exists()
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "device_profiles" / "jetson-orin.toml").read_text()
+    assert "[quantization]\n" in text
+    for value, ok in (("2", False), ("-0.5", False), ("0.5", True)):
+        f = tmp_path / f"floor{value}.toml"
+        f.write_text(text.replace("[quantization]\n", f"[quantization]\nmin_int8_share = {value}\n", 1))
+        if ok:
+            assert load_profile_file(f).quantization.min_int8_share == 0.5
+        else:
+            with pytest.raises(ProfileError, match="quantization.min_int8_share': must be between 0 and 1"):
+                load_profile_file(f)

@@ -59,6 +59,15 @@ def test_every_published_artifact_does_its_task(results, name):
     assert not bad, bad
 
 
+@pytest.mark.parametrize("name", list(CASES))
+def test_every_published_int8_artifact_is_int8(results, name):
+    """"int8 means int8" (issue 55): each published row met its profile's floor on the share of compute
+    in int8 (read back from the artifact)."""
+    bad = [(r["profile"], r["format"], r.get("int8_compute")) for r in results[name]["rows"] if r["status"] == "published"
+           and not ((r.get("int8_compute") or {}).get("floor") or {}).get("passed")]
+    assert not bad, bad
+
+
 @pytest.mark.cases("face_detection_short_range", "ppocr_direction_cls", "pose_detection",
                    "face_detection_full_range_sparse", "palm_detection_full")
 def test_detectors_and_classifiers_publish_on_the_cpu_profiles(results):
