@@ -22,6 +22,11 @@ is the share of the work that runs in int8, ``share`` the share of the ops. Wher
 cannot be read (a dynamic dimension, an attention op, an Edge TPU custom op), ``macs`` is None and
 the count is all there is.
 
+Subgraphs are read too (ONNX If/Loop/Scan attributes, IR If/Loop/TensorIterator bodies, TFLite
+IF/WHILE subgraphs), each in its own scope; the ops in an If's branches are also reported on their
+own (``conditional``), since they run only on its condition. A loop body is weighed once, not per
+iteration (its trip count is data), so a share over a loop-heavy graph leans toward the rest.
+
 :func:`int8_share` never raises: a file it cannot read gives ``share: None`` and the error.
 
 Recorded per candidate in its gate report (``int8_compute``: the manifest's
@@ -111,7 +116,9 @@ def int8_share(folder_or_file: str | Path, fmt: str) -> dict[str, Any]:
         ``{"compute_ops": n, "int8_ops": k, "share": k / n (3 decimals; None when n is 0),
         "macs": the compute ops' multiply-accumulates (None where one op's cannot be read),
         "int8_macs": those of the int8 ops, "mac_share": int8_macs / macs (3 decimals, or None),
-        "float_ops": up to 10 op types (sorted) of the compute ops that run float}``; when the file
+        "float_ops": up to 10 op types (sorted) of the compute ops that run float}``, over the graph
+        and every subgraph in it; where some ops sit in an If's branches (they run only on its
+        condition), ``"conditional"`` has the same figures for those alone. When the file
         cannot be read, ``{"compute_ops": 0, "int8_ops": 0, "share": None, "macs": None,
         "int8_macs": None, "mac_share": None, "error": "..."}``.
     """
@@ -124,6 +131,14 @@ def int8_share(folder_or_file: str | Path, fmt: str) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - a figure about the artifact; never fails a conversion
         return {"compute_ops": 0, "int8_ops": 0, "share": None, "macs": None, "int8_macs": None, "mac_share": None,
                 "error": f"{type(exc).__name__}: {exc}"[:300]}
+    out = _tally([(kind, q, m) for kind, q, m, _ in ops])
+    branch = [(kind, q, m) for kind, q, m, cond in ops if cond]
+    if branch:  # an If's branches run only on their condition: their part, on its own
+        out["conditional"] = {k: v for k, v in _tally(branch).items() if k != "float_ops"}
+    return out
+
+
+def _tally(ops: list[tuple[str, bool, int | None]]) -> dict[str, Any]:
     n, k = len(ops), sum(1 for _, q, _ in ops if q)
     known = all(m is not None for _, _, m in ops)
     macs = sum(int(m) for _, _, m in ops if m is not None) if known else None
@@ -222,25 +237,47 @@ def label(c: dict[str, Any] | None) -> str:
     if not c or c.get("share") is None:
         return "-"
     kept = f"; float: {', '.join(c['float_ops'])}" if c.get("float_ops") else ""
+    cond = c.get("conditional") or {}
+    if cond.get("share") is not None:  # an If's branches: how much of that part is int8
+        branch = cond["mac_share"] if cond.get("mac_share") is not None and c.get("mac_share") is not None else cond["share"]
+        kept += f"; If branches {branch:.0%}"
     if c.get("mac_share") is not None:
         return f"{c['mac_share']:.0%} of MACs ({c['int8_ops']}/{c['compute_ops']} ops{kept})"
     return f"{c['share']:.0%} of ops ({c['int8_ops']}/{c['compute_ops']}{kept})"
 
 
 # ----------------------------------------------------------------------------- ONNX
+def _onnx_graphs(g, conditional: bool = False):
+    """The graph and every subgraph in it (If branches, Loop and Scan bodies), each with whether
+    it runs only on a condition (inside an If branch)."""
+    import onnx
+
+    yield g, conditional
+    for n in g.node:
+        for a in n.attribute:
+            inner = conditional or n.op_type == "If"
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _onnx_graphs(a.g, inner)
+            for sub in a.graphs:
+                yield from _onnx_graphs(sub, inner)
+
+
 def _onnx_shapes(model) -> dict[str, list[int]]:
-    """Every tensor's static shape that ONNX shape inference finds (initializers by their dims)."""
+    """Every tensor's static shape that ONNX shape inference finds, in the graph and its subgraphs
+    (initializers by their dims)."""
     import onnx
 
     try:
         g = onnx.shape_inference.infer_shapes(model).graph
     except Exception:  # noqa: BLE001 - shapes are for weighing; a graph it cannot infer keeps the count
         g = model.graph
-    shapes: dict[str, list[int]] = {i.name: [int(d) for d in i.dims] for i in g.initializer}
-    for v in list(g.value_info) + list(g.input) + list(g.output):
-        t = v.type.tensor_type
-        if t.HasField("shape"):
-            shapes[v.name] = [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim]
+    shapes: dict[str, list[int]] = {}
+    for sub, _ in _onnx_graphs(g):
+        shapes.update({i.name: [int(d) for d in i.dims] for i in sub.initializer})
+        for v in list(sub.value_info) + list(sub.input) + list(sub.output):
+            t = v.type.tensor_type
+            if t.HasField("shape"):
+                shapes[v.name] = [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim]
     return shapes
 
 
@@ -248,19 +285,21 @@ def _onnx_shapes(model) -> dict[str, list[int]]:
 ONNX_RECURRENT = frozenset({"LSTM", "GRU", "RNN"})
 
 
-def _onnx_ops(path: Path) -> list[tuple[str, bool, int | None]]:
+def _onnx_ops(path: Path) -> list[tuple[str, bool, int | None, bool]]:
     import onnx
 
     model = onnx.load(str(path), load_external_data=False)
-    g = model.graph
+    graphs = list(_onnx_graphs(model.graph))
     shapes = _onnx_shapes(model)
-    dtype: dict[str, int] = {i.name: i.data_type for i in g.initializer}
-    for n in g.node:
-        if n.op_type == "Constant":
-            for a in n.attribute:
-                if a.name == "value" and a.t is not None:
-                    dtype[n.output[0]] = a.t.data_type
-    producer = {o: n for n in g.node for o in n.output}
+    # names are read across the graph and its subgraphs alike: a branch sees the outer scope's tensors
+    dtype: dict[str, int] = {i.name: i.data_type for g, _ in graphs for i in g.initializer}
+    for g, _ in graphs:
+        for n in g.node:
+            if n.op_type == "Constant":
+                for a in n.attribute:
+                    if a.name == "value" and a.t is not None:
+                        dtype[n.output[0]] = a.t.data_type
+    producer = {o: n for g, _ in graphs for n in g.node for o in n.output}
 
     def quantizer_dtype(node) -> int | None:
         """The integer type a QuantizeLinear / DequantizeLinear works in."""
@@ -292,12 +331,14 @@ def _onnx_ops(path: Path) -> list[tuple[str, bool, int | None]]:
         return _macs(f"onnx:{base}", [shapes.get(t) if t else None for t in ins], shapes.get(n.output[0]) if n.output else None)
 
     ops = []
-    for n in g.node:
-        if n.op_type in ONNX_INTEGER:
-            ops.append((n.op_type, True, weighed(n, n.op_type)))
-        elif n.op_type in ONNX_COMPUTE and n.domain in ("", "ai.onnx", "com.microsoft"):
-            data = [t for t in list(n.input)[:2] if t]
-            ops.append((n.op_type, bool(data) and all(dequantized_8bit(t) for t in data), weighed(n, n.op_type)))
+    for g, conditional in graphs:
+        for n in g.node:
+            if n.op_type in ONNX_INTEGER:
+                ops.append((n.op_type, True, weighed(n, n.op_type), conditional))
+            elif n.op_type in ONNX_COMPUTE and n.domain in ("", "ai.onnx", "com.microsoft"):
+                data = [t for t in list(n.input)[:2] if t]
+                ops.append((n.op_type, bool(data) and all(dequantized_8bit(t) for t in data), weighed(n, n.op_type),
+                            conditional))
     return ops
 
 
@@ -309,11 +350,23 @@ def _ov_dims(port) -> list[int] | None:
         return None
 
 
-def _openvino_ops(path: Path) -> list[tuple[str, bool, int | None]]:
-    root = ET.parse(str(path)).getroot()
-    layers = {layer.get("id"): layer for layer in root.iter("layer")}
+def _openvino_ops(path: Path) -> list[tuple[str, bool, int | None, bool]]:
+    ops: list[tuple[str, bool, int | None, bool]] = []
+    _openvino_graph(ET.parse(str(path)).getroot(), False, ops)
+    return ops
+
+
+#: Layers holding graphs of their own (each with its own layer ids), and the tags of those graphs.
+OV_BODIES = ("then_body", "else_body", "body")
+
+
+def _openvino_graph(net, conditional: bool, ops: list) -> None:
+    """The compute ops of one graph (the net, or an If / Loop / TensorIterator body: its own
+    ``layers`` and ``edges``, its own id space), appended to ``ops``; bodies recursively."""
+    found_layers, found_edges = net.find("layers"), net.find("edges")
+    layers = {layer.get("id"): layer for layer in (found_layers.findall("layer") if found_layers is not None else [])}
     into: dict[tuple[str | None, str | None], str | None] = {}  # (to layer, to port) -> from layer
-    for e in root.iter("edge"):
+    for e in found_edges.findall("edge") if found_edges is not None else []:
         into[(e.get("to-layer"), e.get("to-port"))] = e.get("from-layer")
 
     def in_ports(layer) -> list[str]:
@@ -383,30 +436,56 @@ def _openvino_ops(path: Path) -> list[tuple[str, bool, int | None]]:
                 ins = [a] + ins[1:]
         return _macs(f"ov:{kind}", ins, outs[0] if outs else None)
 
-    ops = []
     for layer in layers.values():
         kind = layer.get("type")
+        for tag in OV_BODIES:
+            body = layer.find(tag)
+            if body is not None:
+                _openvino_graph(body, conditional or kind == "If", ops)
         if kind not in OV_COMPUTE:
             continue
         ports = in_ports(layer)[:2]
         found = [quantized(source(layer.get("id"), p)) for p in ports]
-        ops.append((kind, bool(found) and all(found) and "fq" in found, weighed(layer, kind)))
-    return ops
+        ops.append((kind, bool(found) and all(found) and "fq" in found, weighed(layer, kind), conditional))
 
 
 # ----------------------------------------------------------------------------- TFLite
-def _tflite_ops(path: Path) -> list[tuple[str, bool, int | None]]:
+def _tflite_conditional(m, codes: list[str]) -> set[int]:
+    """The subgraphs that run only on a condition: an IF's branches, and what they call in turn."""
+    calls: dict[int, set[int]] = {}
+    branches: set[int] = set()
+    for i, sg in enumerate(m.subgraphs or []):
+        for op in sg.operators or []:
+            kind = codes[op.opcodeIndex] if op.opcodeIndex < len(codes) else ""
+            o = op.builtinOptions
+            found = {getattr(o, a) for a in ("thenSubgraphIndex", "elseSubgraphIndex", "condSubgraphIndex",
+                                             "bodySubgraphIndex", "initSubgraphIndex") if isinstance(getattr(o, a, None), int)}
+            calls.setdefault(i, set()).update(found)
+            if kind == "IF":
+                branches |= found
+    todo, seen = list(branches), set(branches)
+    while todo:
+        for j in calls.get(todo.pop(), ()):
+            if j not in seen:
+                seen.add(j)
+                todo.append(j)
+    return seen
+
+
+def _tflite_ops(path: Path) -> list[tuple[str, bool, int | None, bool]]:
     from .tflite_native import _load, _op_names  # the flatbuffer reader and op names the TFLite rewrites use
 
     schema, m = _load(path.read_bytes())
     codes = _op_names(schema, m)
+    conditional = _tflite_conditional(m, codes)
     eight = {schema.TensorType.INT8, schema.TensorType.UINT8}
     ops = []
-    for sg in m.subgraphs or []:
+    for index, sg in enumerate(m.subgraphs or []):
+        cond = index in conditional
         for op in sg.operators or []:
             kind = codes[op.opcodeIndex] if op.opcodeIndex < len(codes) else ""
             if kind in TFLITE_INT8_CUSTOM:
-                ops.append((kind, True, None))  # a compiled Edge TPU subgraph: its MACs are not in the file
+                ops.append((kind, True, None, cond))  # a compiled Edge TPU subgraph: its MACs are not in the file
                 continue
             if kind not in TFLITE_COMPUTE:
                 continue
@@ -425,5 +504,5 @@ def _tflite_ops(path: Path) -> list[tuple[str, bool, int | None]]:
             else:
                 weigh = [shape(t) for t in data]
             macs = _macs(f"tflite:{kind}", weigh, shape(outs[0]) if outs else None)
-            ops.append((kind, len(data) == 2 and all(sg.tensors[t].type in eight for t in data), macs))
+            ops.append((kind, len(data) == 2 and all(sg.tensors[t].type in eight for t in data), macs, cond))
     return ops
