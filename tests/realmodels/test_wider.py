@@ -61,8 +61,8 @@ def test_every_published_artifact_does_its_task(results, name):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_every_published_int8_artifact_is_int8(results, name):
-    """"int8 means int8" (issue 55): each published row met its profile's floor on the share of compute
-    in int8 (read back from the artifact)."""
+    """"int8 means int8" (issue 55): each published row's share of compute in int8, read from its
+    file, was judged against its profile's floor and met it (test_practice.py's twin)."""
     bad = [(r["profile"], r["format"], r.get("int8_compute")) for r in results[name]["rows"] if r["status"] == "published"
            and not ((r.get("int8_compute") or {}).get("floor") or {}).get("passed")]
     assert not bad, bad
