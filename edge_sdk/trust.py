@@ -14,7 +14,11 @@ and ``edge-sdk verify`` run, so the two can never disagree:
    artifact never decides on its own that a library gets loaded. Only the caller does
    (``load(..., allow_external_delegates=[...])``, ``--allow-external-delegate``, or the user
    config file below); anything else is refused before any library is opened;
-5. the container of every model file (pure-Python structural checks, no native code).
+5. the container of every model file (pure-Python structural checks, no native code);
+6. every file a runtime would read beside a model: an ONNX tensor kept in another file
+   (``external_data``) must name a file the manifest lists (so hashed, and covered by the
+   signature), inside the folder, not a link - never an absolute path, ``..`` or an unlisted file
+   (:mod:`edge_sdk.onnx_wire` finds them without native code).
 
 The user config file (``$EDGE_SDK_CONFIG``, else ``$XDG_CONFIG_HOME/edge-sdk/config.toml``,
 else ``~/.config/edge-sdk/config.toml``) belongs to the device owner, never to an artifact::
@@ -236,6 +240,73 @@ def check_containers(folder: Path, manifest: Manifest) -> None:
         runner.validate_container(folder / art.path, weights)
 
 
+def _mapped(path: Path):
+    """A read-only map of the regular file ``path`` (opened without following links), or b"" when empty."""
+    import mmap
+
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        if os.fstat(fd).st_size == 0:
+            return b""
+        return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+
+
+def check_external_data(folder: Path, manifest: Manifest, where: str) -> None:
+    """Refuse an ONNX file whose tensors read bytes the manifest does not cover (see the module doc, 6).
+
+    Raises:
+        ManifestError: a tensor names no file, an absolute/escaping path, a link, an unlisted file,
+            or a span past the end of the listed file.
+        ModelLoadError: an ONNX file is not a well-formed protobuf message.
+    """
+    from pathlib import PurePosixPath
+
+    from .errors import ModelLoadError
+    from .manifest_checks import TAMPERED, safe_relpath
+    from .onnx_wire import WireError, external_refs
+
+    listed = {str(PurePosixPath(a.path)): a for a in manifest.artifacts}
+    for art in manifest.artifacts:
+        if not art.path.endswith(".onnx"):
+            continue
+        try:
+            data = _mapped(folder / art.path)
+        except OSError as exc:
+            raise ModelLoadError(f"Cannot read model file {art.path}: {exc.strerror or exc}.") from None
+        try:
+            refs, damage = external_refs(data), ""
+        except WireError as exc:
+            refs, damage = [], str(exc)
+        if hasattr(data, "close"):  # after the except block: its traceback no longer holds views of the map
+            data.close()
+        if damage:
+            raise ModelLoadError(f"{art.path} is not a valid ONNX model ({damage}).",
+                                 "Copy the artifact folder again from the source, or convert the model again.")
+        for ref in refs:
+            at = f"{where}: '{art.path}' tensor {ref.tensor[:80]!r}"
+            loc = ref.location
+            if not loc:
+                raise ManifestError(f"{at} keeps its data in another file but names none.", TAMPERED)
+            pure = PurePosixPath(loc)
+            if pure.is_absolute() or ".." in pure.parts or "\\" in loc or loc.startswith("~"):
+                raise ManifestError(f"{at} reads its data from {loc[:200]!r}, outside the artifact folder; a runtime "
+                                    "would read those bytes unchecked.", TAMPERED)
+            safe_relpath(folder, loc, f"{at}: external data")  # links, control characters, escapes
+            entry = listed.get(str(pure))
+            if entry is None:
+                raise ManifestError(
+                    f"{at} reads its data from '{pure}', which the manifest does not list: no hash or signature "
+                    "covers those bytes.",
+                    "List the file in the manifest (convert again), or embed the tensor in the model.")
+            end = (ref.offset or 0) + (ref.length or 0)
+            if end > entry.size_bytes:
+                raise ManifestError(f"{at} reads bytes {ref.offset or 0}..{end} of '{pure}', which has "
+                                    f"{entry.size_bytes}.", TAMPERED)
+
+
 def check_artifact(path: str | Path, *, verify: bool = True, policy: Policy | None = None,
                    allow_unpublished: bool = False) -> CheckedArtifact:
     """Every check an artifact folder must pass before anything native touches it.
@@ -275,8 +346,9 @@ def check_artifact(path: str | Path, *, verify: bool = True, policy: Policy | No
         format_io(manifest, fmt)
     check_delegates(profile, policy, where)
     check_containers(folder, manifest)
+    check_external_data(folder, manifest, where)
     return CheckedArtifact(folder, manifest, profile, signed_by, sig_present, raw)
 
 
 __all__ = ["CONFIG_ENV", "CheckedArtifact", "CrashGuardConfig", "Policy", "TrustConfig", "UserConfig",
-           "check_artifact", "check_containers", "check_delegates", "config_path", "embedded_profile", "user_config"]
+           "check_artifact", "check_containers", "check_delegates", "check_external_data", "config_path", "embedded_profile", "user_config"]
