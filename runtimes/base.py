@@ -64,8 +64,10 @@ class RunnerConfig:
         backend_options: The manifest's ``backend_options`` (e.g. the TensorRT version it was built for).
         cache_dir: A writable folder for runtime caches (TensorRT engines); never the artifact folder.
         model_sha256: Hash of the model file, used to key caches.
-        file_sha256: Hash of every file of the artifact by role (``model`` included), from the
-            verified manifest; keys the crash guard's verified-models cache.
+        file_sha256: Hash of every file of the artifact by its path in the artifact (the model's
+            included), from the verified manifest; keys the crash guard's verified-models cache.
+        check_sha256: :meth:`read_checked` refuses bytes whose sha256 differs from the manifest's
+            (False only for ``load(verify=False)``, development).
     """
 
     model_path: Path
@@ -76,6 +78,48 @@ class RunnerConfig:
     cache_dir: Path | None = None
     model_sha256: str = ""
     file_sha256: dict[str, str] = field(default_factory=dict)
+    check_sha256: bool = True
+
+    def expected_sha256(self, path: Path) -> str:
+        """The manifest's sha256 of ``path`` (the model file, or one of ``files``); "" when unknown."""
+        if path == self.model_path:
+            return self.model_sha256
+        text = path.as_posix()
+        keys = [k for k in self.file_sha256 if text == k or text.endswith("/" + k)]
+        return self.file_sha256[max(keys, key=len)] if keys else ""
+
+    def read_checked(self, path: Path | None = None) -> bytes:
+        """The bytes of ``path`` (default: the model file), read once, checked against the manifest.
+
+        Runtimes are handed these bytes, never the path: the manifest's hash (and the signature
+        over it) then covers exactly what runs, even if the file is replaced after the artifact
+        was checked at the door.
+
+        Raises:
+            ModelLoadError: the file is a link, not a regular file, unreadable, or no longer the
+                bytes the manifest hashed.
+        """
+        import hashlib
+
+        from edge_sdk.strictjson import read_regular_file
+
+        path = self.model_path if path is None else path
+        data = read_regular_file(path, limit=MAX_FILE_BYTES, what=f"artifact file {path.name}", error=ModelLoadError)
+        want = self.expected_sha256(path) if self.check_sha256 else ""
+        if self.check_sha256 and self.model_sha256 and not want:  # a config from a manifest knows every file
+            raise ModelLoadError(f"{path.name} is not listed in the manifest, so no hash covers it; it was not loaded.",
+                                 "Copy the artifact folder again from the source, or convert the model again.")
+        if want and hashlib.sha256(data).hexdigest() != want:
+            raise ModelLoadError(
+                f"{path.name} changed after the artifact was checked: its bytes no longer match the sha256 in the "
+                "manifest, so they were not loaded (something is writing into the artifact folder).",
+                "Do not write into an artifact folder that is in use; copy it again from the source and load again.")
+        return data
+
+
+#: Largest artifact file read into memory for a runtime (ONNX and TFLite stop at 2 GiB; IR weights
+#: and engines may be larger).
+MAX_FILE_BYTES = 1 << 36
 
 
 class Runner:

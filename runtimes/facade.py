@@ -708,7 +708,8 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
         files = {a.role: folder / a.path for a in manifest.artifacts if a.role != "model"}
         return RunnerConfig(model_path=folder / art.path, accelerator=step.accelerator, num_threads=num_threads,
                             files=files, backend_options=dict(manifest.backend_options), cache_dir=cache,
-                            model_sha256=art.sha256, file_sha256={a.path: a.sha256 for a in manifest.artifacts})
+                            model_sha256=art.sha256, file_sha256={a.path: a.sha256 for a in manifest.artifacts},
+                            check_sha256=verify)
 
     from .sandbox import guard_for
 

@@ -7,7 +7,6 @@ costs seconds and hundreds of MB).
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import os
 import threading
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_sdk.errors import DelegateUnavailableError, MissingDependencyError, ModelLoadError
+from edge_sdk.errors import DelegateUnavailableError, MissingDependencyError
 
 from .base import InferQueue, NativeTensor, Runner, ThreadInferQueue, corrupt, native_error, read_head
 from .probe import EDGETPU_LIBS, LITERT_MODULES, edgetpu_library
@@ -150,9 +149,9 @@ class LiteRTRunner(Runner):
     def activate_impl(self) -> None:
         lite = interpreter_module()
         delegates = self._delegates(lite)
-        path = str(self.config.model_path)
+        data = self.config.read_checked()  # the bytes the manifest hashed, never the path again
         try:
-            interp = lite.Interpreter(model_path=path, experimental_delegates=delegates or None,
+            interp = lite.Interpreter(model_content=data, experimental_delegates=delegates or None,
                                       num_threads=self.config.num_threads)
             interp.allocate_tensors()
         except (ValueError, RuntimeError) as exc:
@@ -161,6 +160,7 @@ class LiteRTRunner(Runner):
                                                "Check that the model was compiled for this delegate.") from None
             raise native_error(self.config.model_path, "LiteRT", exc) from None
         self._interp = interp
+        self._content = data  # the interpreter holds it anyway; a pipeline's interpreters share it
         self.details["interpreter"] = getattr(lite, "__name__", "litert")
         self.input_metadata = [self._meta(d) for d in interp.get_input_details()]
         self.output_metadata = [self._meta(d) for d in interp.get_output_details()]
@@ -199,18 +199,15 @@ class LiteRTRunner(Runner):
     def open_queue(self, jobs: int, lock=None) -> InferQueue:
         """One interpreter per worker on the CPU (XNNPACK), so inferences truly overlap.
 
-        Each is made from the model bytes checked against the manifest's sha256 (never a path
-        that could have changed since load), with the runner's thread budget split between them
+        Each is made from the very bytes this runner loaded (checked against the manifest's sha256
+        at load; never the path again, which may have changed since), with the runner's thread budget split between them
         (``num_threads`` or the core count, divided by ``jobs``, at least one each). A hardware
         delegate (Edge TPU, GPU, external) keeps the runner's one interpreter, one call at a time:
         a second interpreter would contend for the same device.
         """
         if self.config.accelerator not in ("xnnpack", "cpu"):
             return super().open_queue(jobs, lock)
-        data = self.config.model_path.read_bytes()
-        if self.config.model_sha256 and hashlib.sha256(data).hexdigest() != self.config.model_sha256:
-            raise ModelLoadError(f"{self.config.model_path.name} changed since it was loaded (sha256 differs).",
-                                 "Copy the artifact folder again and load it again.")
+        data = self._content
         lite = interpreter_module()
         threads = max(1, (self.config.num_threads or os.cpu_count() or 1) // jobs)
         free: list = []
@@ -233,3 +230,4 @@ class LiteRTRunner(Runner):
 
     def deactivate_impl(self) -> None:
         self._interp = None
+        self._content = b""

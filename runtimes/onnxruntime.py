@@ -61,6 +61,24 @@ def provider_options(provider: str, config) -> dict:
     return {}
 
 
+def checked_onnx(config) -> bytes | str:
+    """The checked bytes of an ONNX model file for a runtime (:meth:`RunnerConfig.read_checked`).
+
+    A model whose tensors live in other files (``external_data``: refused at the door unless every
+    such file is listed and hashed there) is given by path, since the runtime finds those files
+    beside it; its own bytes were still checked here.
+    """
+    from edge_sdk.onnx_wire import WireError, external_refs
+
+    data = config.read_checked()
+    try:
+        if external_refs(data):
+            return str(config.model_path)
+    except WireError:
+        pass  # the runtime's own parser names the damage
+    return data
+
+
 class OnnxRuntimeRunner(Runner):
     """Runs a (QDQ) ``.onnx`` model with the execution provider of its runtime step."""
 
@@ -97,6 +115,7 @@ class OnnxRuntimeRunner(Runner):
             so.log_severity_level = 3  # errors only: provider chatter is not for device logs
             return so
 
+        model = checked_onnx(cfg)
         so = options()
         arithmetic = int8_arithmetic(so, provider, cfg)
         providers = [(provider, provider_options(provider, cfg))]
@@ -105,7 +124,7 @@ class OnnxRuntimeRunner(Runner):
             providers.append(("CPUExecutionProvider", {}))
         try:
             try:
-                sess = ort.InferenceSession(str(cfg.model_path), sess_options=so, providers=providers)
+                sess = ort.InferenceSession(model, sess_options=so, providers=providers)
             except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types from native code
                 # With s8 activations kept, ORT fuses DQ -> op -> Q into the op on int8 even where it has
                 # no int8 kernel (DepthToSpace in BlazePose's head). The session then runs the QDQ graph
@@ -119,7 +138,7 @@ class OnnxRuntimeRunner(Runner):
                 so = options()
                 so.add_session_config_entry("session.qdqisint8allowed", "1")
                 so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-                sess = ort.InferenceSession(str(cfg.model_path), sess_options=so, providers=providers)
+                sess = ort.InferenceSession(model, sess_options=so, providers=providers)
                 arithmetic = (f"int8 steps simulated in float: ONNX Runtime has no int8 kernel for {op.group(1)} "
                               "here, so the QDQ graph runs unfused (slower; the same quantization steps)")
         except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types from native code

@@ -84,10 +84,15 @@ class OpenVINORunner(Runner):
         cfg = self.config
         core = ov.Core()
         config = compile_config(cfg)
+        # The checked bytes, never the paths again (RunnerConfig.read_checked): the manifest's hashes
+        # cover exactly what OpenVINO reads.
+        if cfg.model_path.suffix.lower() == ".xml":
+            args = [cfg.read_checked(), cfg.read_checked(weights_path(cfg.model_path, cfg.files))]
+        else:
+            from .onnxruntime import checked_onnx
+
+            args = [checked_onnx(cfg)]
         try:
-            args = [str(cfg.model_path)]
-            if cfg.model_path.suffix.lower() == ".xml":
-                args.append(str(weights_path(cfg.model_path, cfg.files)))
             model = core.read_model(*args)
         except Exception as exc:  # noqa: BLE001 - OpenVINO raises RuntimeError subclasses from C++
             raise native_error(cfg.model_path, "OpenVINO", exc) from None

@@ -128,7 +128,8 @@ class CrashGuard:
             return "cached"
         req = {"backend": backend, "model_path": str(config.model_path), "accelerator": config.accelerator,
                "files": {k: str(v) for k, v in config.files.items()}, "backend_options": config.backend_options,
-               "sha": config.model_sha256, "cache_dir": str(config.cache_dir) if config.cache_dir else None,
+               "sha": config.model_sha256, "file_sha256": config.file_sha256, "check_sha256": config.check_sha256,
+               "cache_dir": str(config.cache_dir) if config.cache_dir else None,
                "inputs": io.get("inputs"), "outputs": io.get("outputs"), "timeout_s": self.timeout_s,
                "plugin": plugin_module(backend)}
         raise_for(trial(req, self.timeout_s), backend, config.model_path)

@@ -142,7 +142,7 @@ class TensorRTRunner(Runner):
             blob = self._shipped_engine(trt, cc) or self._build_or_load(trt, logger, cc)
         else:
             check_engine_compat(self.config.backend_options.get("tensorrt", {}), trt.__version__, cc)
-            blob = path.read_bytes()
+            blob = self.config.read_checked()
         engine = trt.Runtime(logger).deserialize_cuda_engine(blob)
         if engine is None:
             raise corrupt(path, "TensorRT engine (deserialization failed)")
@@ -180,7 +180,7 @@ class TensorRTRunner(Runner):
             # The QDQ ONNX is here: rebuild for this device instead of refusing.
             self.details["engine_rebuilt_because"] = exc.message
             return None
-        return engine.read_bytes()
+        return self.config.read_checked(engine)
 
     def _build_or_load(self, trt, logger, cc: str) -> bytes:
         """Build an int8 engine from the QDQ ONNX, or reuse the cached one for this TRT + GPU."""
@@ -189,7 +189,7 @@ class TensorRTRunner(Runner):
         if cache is not None and (cache / key).is_file():
             return (cache / key).read_bytes()
         try:
-            blob = build_engine(trt, self.config.model_path.read_bytes())
+            blob = build_engine(trt, self.config.read_checked())
         except ValueError as exc:
             raise native_error(self.config.model_path, "TensorRT", exc) from None
         except RuntimeError as exc:

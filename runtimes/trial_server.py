@@ -33,6 +33,7 @@ def run_trial(req: dict[str, Any]) -> dict[str, Any]:
 
     Args:
         req: ``backend``, ``model_path``, ``accelerator``, ``files``, ``backend_options``, ``sha``,
+            ``file_sha256``, ``check_sha256`` (the child reads and checks the bytes as the parent will),
             and optionally ``inputs`` / ``outputs`` (manifest TensorSpec dicts of the format).
 
     Returns:
@@ -55,7 +56,8 @@ def run_trial(req: dict[str, Any]) -> dict[str, Any]:
         cache = Path(req["cache_dir"]) if req.get("cache_dir") else None
         cfg = RunnerConfig(model_path=Path(req["model_path"]), accelerator=req["accelerator"], num_threads=1,
                            files={k: Path(v) for k, v in req["files"].items()},
-                           backend_options=req["backend_options"], cache_dir=cache, model_sha256=req["sha"])
+                           backend_options=req["backend_options"], cache_dir=cache, model_sha256=req["sha"],
+                           file_sha256=dict(req.get("file_sha256") or {}), check_sha256=bool(req.get("check_sha256", True)))
         _import_plugin(req.get("plugin"))
         runner = BACKENDS.get(req["backend"])(cfg)
         runner.activate()

@@ -35,7 +35,8 @@ def _trial(checked) -> str:
         art = BACKENDS.get(step.backend).model_artifact(manifest, step)
         files = {a.role: folder / a.path for a in manifest.artifacts if a.role != "model"}
         return RunnerConfig(model_path=folder / art.path, accelerator=step.accelerator, num_threads=1, files=files,
-                            backend_options=dict(manifest.backend_options), model_sha256=art.sha256)
+                            backend_options=dict(manifest.backend_options), model_sha256=art.sha256,
+                            file_sha256={a.path: a.sha256 for a in manifest.artifacts})
 
     def hook(step, config):
         ins, outs = format_io(manifest, step.format)

@@ -161,9 +161,12 @@ def profile_openvino(cfg, runs: int) -> OpProfile:
 
     core = ov.Core()
     config: dict[str, Any] = {"PERF_COUNT": True, **compile_config(cfg)}  # as the runner compiles it
-    args = [str(cfg.model_path)]
-    if Path(cfg.model_path).suffix.lower() == ".xml":
-        args.append(str(weights_path(Path(cfg.model_path), cfg.files)))
+    if Path(cfg.model_path).suffix.lower() == ".xml":  # the checked bytes, as the runner reads them
+        args = [cfg.read_checked(), cfg.read_checked(weights_path(Path(cfg.model_path), cfg.files))]
+    else:
+        from edge_sdk.runtimes.onnxruntime import checked_onnx
+
+        args = [checked_onnx(cfg)]
     compiled = core.compile_model(core.read_model(*args), cfg.accelerator, config)
     req = compiled.create_infer_request()
     feed = _random_feed([(str(i), tuple(p.get_shape()), np.dtype(p.get_element_type().to_dtype()))
@@ -191,7 +194,7 @@ def profile_openvino(cfg, runs: int) -> OpProfile:
 def profile_onnxruntime(cfg, runs: int) -> OpProfile:
     """ONNX Runtime session profiling: kernel time per node (median over ``runs`` inferences)."""
     from edge_sdk._deps import require
-    from edge_sdk.runtimes.onnxruntime import int8_arithmetic, provider_options
+    from edge_sdk.runtimes.onnxruntime import checked_onnx, int8_arithmetic, provider_options
 
     ort = require("onnxruntime", "profiling .onnx models")
     with tempfile.TemporaryDirectory(prefix="edge-sdk-ops-") as tmp:
@@ -205,7 +208,7 @@ def profile_onnxruntime(cfg, runs: int) -> OpProfile:
         providers = [(cfg.accelerator, provider_options(cfg.accelerator, cfg))]
         if cfg.accelerator != "CPUExecutionProvider":
             providers.append(("CPUExecutionProvider", {}))
-        sess = ort.InferenceSession(str(cfg.model_path), sess_options=so, providers=providers)
+        sess = ort.InferenceSession(checked_onnx(cfg), sess_options=so, providers=providers)
         types = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int8)": np.int8,
                  "tensor(uint8)": np.uint8, "tensor(int32)": np.int32, "tensor(int64)": np.int64,
                  "tensor(bool)": np.bool_}
