@@ -28,7 +28,6 @@ Arrays are read with ``allow_pickle=False``: a calibration file can never run co
 
 from __future__ import annotations
 
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -243,16 +242,10 @@ def _pixels_for_uint8(spec: pp.PreprocessSpec, dtype: str) -> pp.PreprocessSpec:
 
 
 def _load_array_file(path: Path) -> dict[str, np.ndarray] | np.ndarray:
-    try:
-        if path.suffix.lower() == ".npz":
-            with np.load(path, allow_pickle=False) as z:
-                return {k: z[k] for k in z.files}
-        return np.load(path, allow_pickle=False)
-    except ValueError as exc:
-        raise CalibrationError(f"Cannot read {path}: {exc}", "Save plain numeric arrays (no object arrays).") from None
-    except (OSError, EOFError, zipfile.BadZipFile) as exc:
-        raise CalibrationError(f"Cannot read {path}: corrupt or not a NumPy file ({exc}).",
-                               "Write it again with numpy.save / numpy.savez.") from None
+    """One calibration array file, its headers checked before numpy allocates (:mod:`edge_sdk.arrayfile`)."""
+    from edge_sdk.arrayfile import load_array_file
+
+    return load_array_file(path, error=CalibrationError, what="calibration file")
 
 
 def short_name(name: str) -> str:

@@ -308,7 +308,22 @@ def keygen(out: str, force: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console-script entry point: run the CLI and map errors to exit codes in one place."""
+    """Console-script entry point: run the CLI and map errors to exit codes in one place.
+
+    Everything it prints goes through :class:`edge_sdk.termsafe.SafeStream`: names from artifacts
+    and models are shown, never executed by the terminal.
+    """
+    from .termsafe import SafeStream
+
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = SafeStream(sys.stdout), SafeStream(sys.stderr)  # type: ignore[assignment]
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def _main(argv: list[str] | None) -> int:
     state = {"debug": False}  # the click context's obj: the group callback sets "debug"
     try:
         cli.main(args=argv, prog_name="edge-sdk", standalone_mode=False, obj=state)

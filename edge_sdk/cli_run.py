@@ -29,14 +29,12 @@ def read_input(path: Path, input_names: list[str]):
     suffix = path.suffix.lower()
     if suffix not in (".npy", ".npz"):
         return None
-    try:
-        loaded = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise InputValidationError(f"Cannot read {path}: {exc}", "Pass a .npy/.npz written by numpy, or an image.") from None
+    from edge_sdk.arrayfile import load_array_file
+
+    loaded = load_array_file(path, error=InputValidationError, what="--input file")
     if suffix == ".npy":
         return loaded
-    with loaded:
-        arrays = {k: loaded[k] for k in loaded.files}
+    arrays = loaded
     if len(arrays) == 1 and len(input_names) == 1 and input_names[0] not in arrays:
         return next(iter(arrays.values()))  # np.savez(file, x) names it arr_0
     return arrays
@@ -106,8 +104,11 @@ def run(artifact: str, input_path: str, profile: str | None, backend: str | None
     path = Path(input_path)
     if json_out:
         check_output_path(json_out, "--json-out")
-    if not path.is_file():
+    if not path.exists():
         raise InputValidationError(f"Input file not found: {path}", "Pass an image, a .npy or a .npz file.")
+    from .arrayfile import regular_file
+
+    regular_file(path, what="--input file", error=InputValidationError)  # a FIFO would block the reader
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model = load(artifact, profile=profile, backend=backend, device=device, strict=strict, num_threads=threads,

@@ -186,6 +186,10 @@ def parse(text: str) -> PreprocessSpec:
     return from_dict(data, where="--preprocess")
 
 
+def _image_name(image: Any) -> str:
+    return str(image) if isinstance(image, str | Path) else f"<{type(image).__name__}>"
+
+
 def open_image(image: Any):
     """Open a path, bytes or PIL image as a PIL image.
 
@@ -200,11 +204,20 @@ def open_image(image: Any):
         if isinstance(image, bytes | bytearray | memoryview):
             img = Image.open(io.BytesIO(bytes(image)))
         else:
+            if not Path(image).exists():
+                raise FileNotFoundError(image)
+            from .arrayfile import regular_file
+
+            regular_file(Path(image), what="image", error=InputValidationError)  # a FIFO would block the reader
             img = Image.open(Path(image))
         img.load()
         return img
     except FileNotFoundError:
         raise InputValidationError(f"Image not found: {image}") from None
+    except Image.DecompressionBombError as exc:
+        raise InputValidationError(f"Refusing to decode image {_image_name(image)}: {exc}",
+                                   "Resize it (the model takes a few hundred pixels a side), or raise "
+                                   "PIL.Image.MAX_IMAGE_PIXELS if you trust the file.") from None
     except (UnidentifiedImageError, OSError, ValueError) as exc:
         name = image if isinstance(image, str | Path) else f"<{type(image).__name__}>"
         raise InputValidationError(f"Cannot decode image {name}: {exc}", "Pass a PNG, JPEG or other Pillow-readable image.") from None

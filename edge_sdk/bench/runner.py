@@ -16,6 +16,7 @@ import os
 import resource
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -169,10 +170,13 @@ def load_image(path: str) -> np.ndarray:
     """
     from PIL import Image, UnidentifiedImageError
 
+    from edge_sdk.arrayfile import regular_file
+
     try:
+        regular_file(Path(path), what="--image", error=InputValidationError)  # a FIFO would block the reader
         with Image.open(path) as img:
             return np.asarray(img.convert("RGB"))
-    except (OSError, UnidentifiedImageError, ValueError) as exc:
+    except (OSError, UnidentifiedImageError, ValueError, Image.DecompressionBombError) as exc:
         raise InputValidationError(f"--image {path}: cannot read it as an image ({exc}).",
                                    "Pass a JPEG/PNG/BMP file the model's preprocessing can take.") from None
 
