@@ -12,6 +12,7 @@ judged by the gate through the runtime facade. Then:
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -66,14 +67,31 @@ class _NothingPublished(Exception):
     """Raised inside the staging context so the staging folder is discarded (args[0]: summary)."""
 
 
+#: Storage faults that end one profile, not the run: no space, quota, read-only, permission, file too large.
+STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
+
+
+def storage_fault(exc: OSError) -> str:
+    """One line naming the fault and the file(s) it hit (source and destination of a copy)."""
+    where = " -> ".join(str(f) for f in (exc.filename, exc.filename2) if f)
+    return f"{exc.strerror or exc} (errno {exc.errno}{': ' + where if where else ''})"
+
+
 def build_profile(ctx: BuildContext) -> ProfileSummary:
-    """Build, judge and publish one profile; never raises for a conversion or gate failure."""
+    """Build, judge and publish one profile; never raises for a conversion or gate failure, nor for a
+    full disk or an unwritable folder (the staging folder is removed; the next profile is tried)."""
     final = ctx.out / ctx.profile.name
     try:
         with staging_dir(final, force=ctx.force) as stage:
             summary = _build(ctx, final, stage)
     except FileExistsError:
         raise InputValidationError(f"Artifact folder {final} already exists.", "Pass --force to replace it.") from None
+    except OSError as exc:
+        if exc.errno not in STORAGE_ERRNOS:
+            raise
+        error = f"could not write it: {storage_fault(exc)}; nothing of it was published"
+        ctx.say(f"nothing published: {error}")
+        return ProfileSummary(ctx.profile.name, str(final), False, [], [], "not_run", {}, [], [], error=error)
     except _NothingPublished as nothing:
         summary = nothing.args[0]
         ctx.say("nothing published" + (f": {summary.error}" if summary.error else ""))

@@ -307,15 +307,21 @@ def convert(model, profiles, out, *, calib=None, calib_count: int | None = None,
 
 @contextlib.contextmanager
 def _locked(out: Path, log):
-    try:
-        with output_lock(out):
-            removed = clean_stale(out)
-            if removed:
-                log(f"removed {len(removed)} folder(s) an interrupted run left in {out}: {', '.join(removed)}")
-            yield
-    except BlockingIOError as exc:
-        raise InputValidationError(f"Another edge-sdk convert ({exc}) is writing into {out}.",
-                                   "Wait for it to finish, or choose another --out.") from None
+    from .build import storage_fault
+
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(output_lock(out))
+        except BlockingIOError as exc:
+            raise InputValidationError(f"Another edge-sdk convert ({exc}) is writing into {out}.",
+                                       "Wait for it to finish, or choose another --out.") from None
+        except OSError as exc:  # read-only, no permission, no space: before any work
+            raise InputValidationError(f"Cannot write into the output folder {out}: {storage_fault(exc)}.",
+                                       "Choose an --out you can write to, with free space.") from None
+        removed = clean_stale(out)
+        if removed:
+            log(f"removed {len(removed)} folder(s) an interrupted run left in {out}: {', '.join(removed)}")
+        yield
 
 
 def _check_share(share) -> float | None:

@@ -314,6 +314,8 @@ def check_artifact(path: str | Path, *, verify: bool = True, policy: Policy | No
     Args:
         path: An artifact folder (or its ``manifest.json``).
         verify: Check hashes (files, preprocessing, embedded profile). Development only: False.
+            Ignored when the policy trusts keys: a signature over the manifest vouches for the
+            files only through their hashes, so they are always checked then.
         policy: The caller's policy (default: :meth:`Policy.resolve` - the user config file).
         allow_unpublished: Accept a folder the converter did not publish (inspection only).
 
@@ -327,6 +329,7 @@ def check_artifact(path: str | Path, *, verify: bool = True, policy: Policy | No
         MissingDependencyError: trusted keys are configured but ``cryptography`` is missing.
     """
     policy = policy if policy is not None else Policy.resolve()
+    verify = verify or bool(policy.trusted_keys)
     folder, mpath, raw = read_manifest_bytes(path, allow_unpublished=allow_unpublished)
     where = str(mpath)
     signed_by = None

@@ -17,6 +17,7 @@ cheap and never imports TensorFlow.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -362,10 +363,22 @@ def corrupt(path: Path, what: str) -> ModelLoadError:
     )
 
 
+#: Lines of a native message that only say where in the runtime's C++ it was raised (OpenVINO puts
+#: "Exception from src/inference/src/cpp/core.cpp:105:" and "Check 'false' failed at ...:" first).
+_SOURCE_LINE = re.compile(r"^(Exception from \S+:\d+:|Check '.*' failed at \S+:\d+:)$")
+
+
+def native_message(msg: str) -> str:
+    """The first line of a native error message that says what is wrong (at most 300 characters)."""
+    lines = [ln.strip() for ln in msg.strip().splitlines() if ln.strip()]
+    said = [ln for ln in lines if not _SOURCE_LINE.match(ln)]
+    return " / ".join(said[:2])[:300] if said else (lines[0][:300] if lines else "")
+
+
 def native_error(path: Path, backend: str, exc: BaseException) -> ModelLoadError:
     """Wrap an exception raised by a native loader into a :class:`ModelLoadError`."""
     msg = str(exc).strip()
-    text = msg.splitlines()[0][:300] if msg else type(exc).__name__
+    text = native_message(msg) if msg else type(exc).__name__
     if msg and type(exc) not in (RuntimeError, ValueError):  # name unusual types (UnicodeDecodeError ...)
         text = f"{type(exc).__name__}: {text}"
     return ModelLoadError(

@@ -642,7 +642,8 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
         device: Run this accelerator (delegate / execution provider / OpenVINO device), no fallback.
         strict: Refuse to fall back from the profile's native accelerator.
         num_threads: CPU threads for the runtime.
-        verify: Check every file's sha256 against the manifest (turn off only in development).
+        verify: Check every file's sha256 against the manifest (turn off only in development;
+            always on when keys are trusted, since the signature covers the files by their hashes).
         check_finite: Reject NaN/Inf in float inputs.
         cache_dir: Writable folder for runtime caches (TensorRT engines); default ``~/.cache/edge-sdk``.
         accept_failed_gate: With ``strict=True``, still load an artifact whose accuracy gate failed
@@ -684,6 +685,7 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
 
     head_spec, label_list = as_head(head), read_labels(labels)  # argument errors before any loading
     policy = Policy.resolve(allow_external_delegates, trusted_keys)
+    verify = verify or bool(policy.trusted_keys)  # a signature vouches for files only through their hashes
 
     def check(where: Path):  # the one door: load and `edge-sdk verify` run exactly this
         return check_artifact(where, verify=verify, policy=policy, allow_unpublished=allow_unpublished)

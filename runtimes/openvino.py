@@ -15,7 +15,7 @@ import numpy as np
 from edge_sdk._deps import require
 from edge_sdk.errors import DelegateUnavailableError
 
-from .base import InferQueue, NativeTensor, Runner, ThreadInferQueue, corrupt, native_error
+from .base import InferQueue, NativeTensor, Runner, ThreadInferQueue, corrupt, native_error, native_message
 
 #: IR files larger than this are not parsed in Python for the pre-check (the plugin still checks).
 MAX_XML_CHECK_BYTES = 64 * 1024 * 1024
@@ -103,7 +103,7 @@ class OpenVINORunner(Runner):
                 raise native_error(cfg.model_path, "OpenVINO", exc) from None
             raise DelegateUnavailableError(
                 f"OpenVINO could not compile {cfg.model_path.name} for device {cfg.accelerator}: "
-                f"{str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__}",
+                f"{native_message(str(exc)) or type(exc).__name__}",
                 "Check the device driver (NPU: linux-npu-driver; GPU: intel-opencl-icd) and that shapes are static.",
             ) from None
         self._compiled = compiled

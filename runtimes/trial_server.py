@@ -82,7 +82,9 @@ def run_trial(req: dict[str, Any]) -> dict[str, Any]:
                 "message": f"{req['backend']} ran out of memory on {name} (std::bad_alloc): a damaged size field, "
                            "or a model too large for this device.", "hint": None}
     except BaseException as exc:  # noqa: BLE001 - whatever the native runtime raised, the caller gets one error
-        text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+        from .base import native_message
+
+        text = native_message(str(exc))
         return {"status": "error", "cls": "ModelLoadError",
                 "message": f"{req['backend']} failed on {name} in the trial run: {type(exc).__name__}: {text}",
                 "hint": None}

@@ -174,3 +174,17 @@ def test_plain_load_never_imports_cryptography(arts, tmp_path):
     env = dict(os.environ, EDGE_SDK_CONFIG=str(tmp_path / "none.toml"))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0 and "clean" in r.stdout, r.stderr
+
+
+def test_verify_false_cannot_switch_off_the_hashes_a_signature_vouches_for(arts, tmp_path, keys):
+    """Issue 43, finding 7: load(verify=False, trusted_keys=...) checked the signature but not the
+    file hashes, so a signed artifact with a replaced model file loaded."""
+    (priv, pub), _ = keys
+    folder = ra.copy_artifact(arts["jetson-orin"], tmp_path / "a")
+    sign_artifact(folder, priv)
+    other = ra.build_qdq_onnx(ra.build_float_onnx(tmp_path / "f.onnx", seed=3), tmp_path / "q.onnx")
+    (folder / "model.onnx").write_bytes(other.read_bytes())  # another valid model
+    load(folder, verify=False, crash_guard=False).close()  # no keys: development, the edit is allowed
+    for kw in ({"verify": False}, {"verify": False, "crash_guard": False}):
+        with pytest.raises(ManifestError, match="sha256"):
+            load(folder, trusted_keys=[pub], **kw)
