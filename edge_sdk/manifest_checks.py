@@ -101,9 +101,19 @@ def check_preprocessing(manifest: Manifest, where: str, verify: bool) -> None:
         from .errors import InputValidationError
 
         try:
-            pp.from_dict(pre.spec, where=f"{where}: preprocessing.spec")
+            spec = pp.from_dict(pre.spec, where=f"{where}: preprocessing.spec")
         except InputValidationError as exc:
             raise ManifestError(exc.message, TAMPERED) from None
+        from .manifest import format_io
+
+        for fmt in manifest.formats:  # what infer_image would refuse on each format, refused here
+            if pre.baked is not None and pre.baked.format == fmt:
+                continue  # that format takes the frame itself (check_baked)
+            try:
+                pp.for_inputs(spec, format_io(manifest, fmt)[0])
+            except InputValidationError as exc:
+                raise ManifestError(f"{where}: preprocessing.spec does not fit the {fmt} model input: {exc.message}",
+                                    TAMPERED) from None
     if verify and pre.sha256 != preprocessing_hash(pre.spec):
         raise ManifestError(f"{where}: the preprocessing spec does not match its sha256 in the manifest "
                             "(edited or corrupt).",

@@ -83,6 +83,20 @@ class PreprocessSpec:
         return out
 
 
+def for_inputs(spec: PreprocessSpec, inputs) -> tuple[PreprocessSpec, str]:
+    """The spec sized for the model input it feeds (``spec.input``, else the first) and that input's name.
+
+    The one rule ``infer_image`` and ``verify`` share, so ``verify`` refuses what first use would.
+
+    Raises:
+        InputValidationError: the model has no inputs, or the input is not an image of this spec.
+    """
+    if not inputs:
+        raise InputValidationError("Image preprocessing needs a model input; the model has none.")
+    target = next((t for t in inputs if t.name == spec.input), inputs[0])
+    return spec.with_size_from_shape(list(target.shape)), target.name
+
+
 def from_dict(data: dict, where: str = "preprocessing spec") -> PreprocessSpec:
     """Parse a spec from a dict (JSON / manifest), strictly, and check its values.
 

@@ -307,8 +307,7 @@ class Model:
                 raise InputValidationError("This artifact records no image preprocessing.",
                                            "Pass arrays to infer(), or convert with --preprocess so the device can repeat it.")
             parsed = pp.from_dict(spec, where="manifest preprocessing")
-            target = next((t for t in self._inputs if t.name == parsed.input), self._inputs[0])
-            self._preprocess = (pp, parsed.with_size_from_shape(list(target.shape)), target.name)
+            self._preprocess = (pp, *pp.for_inputs(parsed, self._inputs))
         return self._preprocess
 
     def preprocess(self, image: Any, *, color: str = "rgb", fast: bool | float = False) -> np.ndarray:

@@ -1,0 +1,67 @@
+"""verify refuses what first use would refuse, and a refusal says why (issue 43, findings 7 and 8)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+import edge_sdk
+from edge_sdk.errors import ManifestError, ModelLoadError
+
+import rt_artifacts as ra
+
+
+@pytest.fixture(scope="module")
+def arts(tmp_path_factory):
+    return ra.onnx_artifacts(tmp_path_factory)
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGE_SDK_CONFIG", str(tmp_path / "no-config.toml"))
+    monkeypatch.setenv("EDGE_SDK_VERIFIED_CACHE", str(tmp_path / "verified"))
+
+
+def load(folder, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return edge_sdk.load(folder, **kw)
+
+
+def test_an_openvino_refusal_says_what_is_wrong_not_where_in_cpp(arts, tmp_path):
+    """Issue 43, finding 8: 136 of 250 OpenVINO XML refusals said only
+    'Exception from src/inference/src/cpp/core.cpp:84:'; the message now carries OpenVINO's own reason."""
+    from hardening_corpus import rehash
+
+    folder = ra.copy_artifact(arts["intel-cpu"], tmp_path / "a")
+    xml = folder / "model.xml"
+    xml.write_bytes(xml.read_bytes().replace(b'element_type="f32"', b'element_type="zz"', 1))
+    rehash(folder, "model.xml")
+    with pytest.raises(ModelLoadError) as err:
+        load(folder)
+    assert '"zz" is not a member of enum' in err.value.message, err.value.message
+    assert "core.cpp" not in err.value.message
+
+
+@pytest.mark.parametrize("edit, says", [({"size": [4096, 4096]}, "does not match the model input 8x8"),
+                                         ({"layout": "NCHW"}, "channels in that layout"),
+                                         ({"color": "GRAY"}, "1-channel")])
+def test_verify_refuses_preprocessing_every_infer_image_would_refuse(arts, tmp_path, cli, edit, says):
+    """Issue 43, finding 7: verify said OK for manifests whose every infer_image was then refused
+    (an absurd size, a layout or colour that does not fit the input); both now share one rule
+    (edge_sdk.preprocess.for_inputs) and the door applies it to every format."""
+    import json
+
+    from edge_sdk.manifest import preprocessing_hash
+
+    folder = ra.copy_artifact(arts["intel-cpu"], tmp_path / "a")
+    mpath = folder / "manifest.json"
+    m = json.loads(mpath.read_text())
+    m["preprocessing"]["spec"].update(edit)
+    m["preprocessing"]["sha256"] = preprocessing_hash(m["preprocessing"]["spec"])
+    mpath.write_text(json.dumps(m, indent=2))
+    with pytest.raises(ManifestError, match=says):
+        load(folder)
+    r = cli("verify", str(folder), env={"EDGE_SDK_CONFIG": str(tmp_path / "n.toml")})
+    assert r.returncode == 4 and says in r.stdout + r.stderr, r.stdout + r.stderr
