@@ -634,6 +634,51 @@ def decode_outputs(outputs: Mapping[str, Any], head: Head, *, transform=None,
     return decode(out, head, transform=transform, labels=labels)
 
 
+def class_count(head: Head | None, outputs: Sequence[Any]) -> int | None:
+    """How many classes the outputs (``TensorSpec``-like: ``name``, ``shape``) hold for ``head``, where the
+    shape says so: a classifier's one ``[1, C]`` output, yolov8's ``[1, 4 + C, N]`` (or transposed: C + 4
+    is the short axis), yolov5/yolox's ``[1, N, 5 + C]`` (the head's named output, else the first);
+    None where it cannot be told. The converter's ``--labels`` check counts the same way."""
+    kind = "classifier" if head is None else head.kind
+    if kind == "classifier":
+        shapes = [list(t.shape) for t in outputs]
+        return shapes[0][1] if len(shapes) == 1 and len(shapes[0]) == 2 and shapes[0][0] == 1 else None
+    if kind not in ("yolov8", "yolov5", "yolox") or not outputs:
+        return None
+    out = next((t for t in outputs if t.name == head.output), outputs[0]) if head.output else outputs[0]
+    shape = list(out.shape)
+    if len(shape) != 3:
+        return None
+    return min(shape[1:]) - 4 if kind == "yolov8" else shape[2] - 5
+
+
+def check_fit(head: Head | None, outputs: Sequence[Any], labels: Sequence[str] | None = None, *,
+              input_size: tuple[int, int] | None = None) -> None:
+    """Refuse at load (and ``verify``) what the first frame would refuse: the head's own decoder runs
+    once on zero outputs of the model's static shapes, and labels must number the classes.
+
+    Args:
+        head: The head (None: no decoding).
+        outputs: The model's output specs (``name``, ``shape``).
+        labels: Class names, when given.
+        input_size: The model input ``(width, height)`` the preprocessing makes (a yolox grid needs it).
+
+    Raises:
+        InputValidationError: the outputs do not fit the head, or the labels do not number its classes.
+    """
+    if head is not None and head.kind != "classifier" and not (head.kind == "yolox" and not head.size and not input_size):
+        from .preprocess import ImageTransform
+
+        zeros = {t.name: np.zeros([max(int(d), 1) for d in t.shape], np.float32) for t in outputs}
+        transform = ImageTransform(input_size, input_size, 1.0, 1.0, 0.0, 0.0) if input_size else None
+        decode_outputs(zeros, head, transform=transform, labels=labels)
+    n = class_count(head, outputs)
+    if labels is not None and n is not None and len(labels) != n:
+        raise InputValidationError(
+            f"{len(labels)} labels for a model whose {'output' if head is None else head.kind + ' output'} holds {n} classes.",
+            "Pass this model's label file: one name per class, in class order.")
+
+
 def apply_head(result: Any, head: Head | None, *, transform=None, labels: Sequence[str] | None = None) -> bool:
     """Decode an ``InferenceResult``'s outputs with ``head`` into its ``detections`` or ``mask``.
 

@@ -362,6 +362,7 @@ def check_postprocess(manifest: Manifest, where: str) -> None:
         raise ManifestError(f"{at}: labels must be at most {MAX_LABELS} printable names of at most "
                             f"{MAX_LABEL_CHARS} characters.", "The artifact is corrupt: convert it again.")
     _check_anchors(pp, manifest, at)
+    _check_fit(pp, manifest, at)
     if pp.options:
         from edge_sdk.detect import DETECTION_HEADS, head_options
 
@@ -371,6 +372,45 @@ def check_postprocess(manifest: Manifest, where: str) -> None:
             head_options(pp.options)
         except InputValidationError as exc:
             raise ManifestError(f"{at}: options: {exc.message}", "The artifact is corrupt: convert it again.") from None
+
+
+def image_input_size(manifest: Manifest) -> tuple[int, int] | None:
+    """``(width, height)`` of the model input the recorded preprocessing makes, or None."""
+    from . import preprocess
+
+    if manifest.preprocessing.spec is None:
+        return None
+    try:
+        spec = preprocess.from_dict(manifest.preprocessing.spec)
+        if spec.size is None:
+            spec = preprocess.for_inputs(spec, manifest.inputs)[0]
+    except InputValidationError:
+        return None
+    return (spec.size[1], spec.size[0]) if spec.size else None
+
+
+def _check_fit(pp: PostprocessSpec, manifest: Manifest, at: str) -> None:
+    """The recorded head decodes every format's outputs and the recorded labels number its classes
+    (:func:`edge_sdk.detect.check_fit`, the very decoder ``infer_image`` runs)."""
+    from edge_sdk.detect import as_head, check_fit
+
+    if not pp.head and not pp.labels:
+        return
+    try:
+        head = as_head(pp.head, pp.anchors or None, pp.options or None) if pp.head else None
+        if head is not None and pp.output:
+            import dataclasses
+
+            head = dataclasses.replace(head, output=pp.output)
+    except InputValidationError:
+        return  # _check_anchors / the options check name it
+    size = image_input_size(manifest)
+    for fmt in manifest.formats:
+        try:
+            check_fit(head, format_io(manifest, fmt)[1], list(pp.labels) or None, input_size=size)
+        except InputValidationError as exc:
+            raise ManifestError(f"{at}: the recorded head does not fit the {fmt} outputs: {exc.message}",
+                                "The artifact is corrupt or was edited: convert it again.") from None
 
 
 def _check_anchors(pp: PostprocessSpec, manifest: Manifest, at: str) -> None:

@@ -743,8 +743,14 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
             head_spec = as_head(post.head, post.anchors or None, post.options or None)
             if post.output and head_spec is not None:
                 head_spec = dataclasses.replace(head_spec, output=post.output)
+        given = head is not None or labels is not None
         if label_list is None and post.labels:
             label_list = list(post.labels)
+        if given:  # what the caller asked for must fit, now rather than at the first frame
+            from edge_sdk.detect import check_fit
+            from edge_sdk.manifest import image_input_size
+
+            check_fit(head_spec, model._outputs, label_list, input_size=image_input_size(manifest))
         model.head, model.labels = head_spec, label_list
         return model
     except BaseException:

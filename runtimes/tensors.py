@@ -171,6 +171,13 @@ class InputPlan:
             if not isinstance(arr, np.ndarray):
                 raise _bad(f"Input '{e.name}': expected a numpy array {e.dtype} {list(e.shape)}, got {type(arr).__name__}.",
                            f"Use np.asarray(x, dtype=np.{e.dtype}).")
+            if isinstance(arr, np.ma.MaskedArray):  # a runtime reads the values under the mask
+                masked = int(np.ma.count_masked(arr))
+                if masked:
+                    raise _bad(f"Input '{e.name}' is a masked array with {masked} masked value(s); the runtime would "
+                               "read the values under the mask.",
+                               "Fill them first (x.filled(value)), or pass np.asarray(x) if the mask means nothing.")
+                arr = np.asarray(arr.data)
             if arr.shape != e.shape:
                 raise _bad(f"Input '{e.name}': expected shape {list(e.shape)}, got {list(arr.shape)}.",
                            "Inputs are never reshaped or transposed for you: fix the shape (and layout) before calling infer().")

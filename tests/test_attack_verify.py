@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
+
 import pytest
 
 import edge_sdk
-from edge_sdk.errors import ManifestError, ModelLoadError
+from edge_sdk.errors import InputValidationError, ManifestError, ModelLoadError
 
 import rt_artifacts as ra
 
@@ -65,3 +67,47 @@ def test_verify_refuses_preprocessing_every_infer_image_would_refuse(arts, tmp_p
         load(folder)
     r = cli("verify", str(folder), env={"EDGE_SDK_CONFIG": str(tmp_path / "n.toml")})
     assert r.returncode == 4 and says in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def test_a_masked_array_is_refused_not_read_under_its_mask(arts):
+    """Issue 43, finding 5: a numpy masked array's mask was ignored."""
+    x = ra.sample_inputs(1)[0]
+    with load(arts["jetson-orin"]) as m:
+        want = m.infer({"input": x}, raw=True)["logits"]
+        mask = np.zeros(x.shape, bool)
+        mask[0, 0, 0, 0] = True
+        for feed in ({"input": np.ma.masked_array(x, mask=mask)}, np.ma.masked_array(x, mask=mask)):
+            with pytest.raises(InputValidationError, match="masked array with 1 masked value"):
+                m.infer(feed)
+        got = m.infer({"input": np.ma.masked_array(x)}, raw=True)["logits"]  # nothing masked: its data
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_head_or_labels_that_do_not_fit_are_refused_at_load(arts):
+    """Issue 43, findings 5 and 7: 2 labels for a 4-class output, and heads that cannot decode the
+    outputs, were accepted by load and failed (or mislabelled) on the first frame; the head's own
+    decoder now runs once on zero outputs at load, and labels must number the classes."""
+    from edge_sdk.detect import Head
+
+    for kw, says in (({"labels": ["a", "b"]}, "2 labels for a model whose output holds 4 classes"),
+                     ({"head": "yolov8"}, r"needs an output \[1, 4 \+ C, N\]"),
+                     ({"head": "yolov5"}, r"needs an output \[1, N, 5 \+ C\]"),
+                     ({"head": Head("boxes-scores", output="nope")}, "nope")):
+        with pytest.raises(InputValidationError, match=says):
+            load(arts["intel-cpu"], **kw)
+    with load(arts["intel-cpu"], labels=["a", "b", "c", "d"]) as m:  # the right count loads
+        assert m.infer_image(np.zeros((20, 20, 3), np.uint8)).top_k(1)[0].label in "abcd"
+
+
+def test_verify_refuses_a_recorded_head_that_does_not_fit(arts, tmp_path, cli):
+    import json
+
+    folder = ra.copy_artifact(arts["intel-cpu"], tmp_path / "a")
+    mpath = folder / "manifest.json"
+    m = json.loads(mpath.read_text())
+    m["postprocess"] = {**(m.get("postprocess") or {}), "head": "yolov8"}
+    mpath.write_text(json.dumps(m, indent=2))
+    with pytest.raises(ManifestError, match="the recorded head does not fit the openvino-ir outputs"):
+        load(folder)
+    r = cli("verify", str(folder), "--no-load", env={"EDGE_SDK_CONFIG": str(tmp_path / "n.toml")})
+    assert r.returncode == 4 and "does not fit" in r.stdout + r.stderr, r.stdout + r.stderr
