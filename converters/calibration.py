@@ -484,6 +484,21 @@ def _read(calib, inputs, shapes, preprocess, count, streams):
     return samples, kind, unit, spec_used, warnings
 
 
+def input_ranges(feeds: list[Feed], inputs: list[TensorSpec], skip: set[str]) -> dict[str, list[float]]:
+    """``{input: [min, max]}`` of every float input over the calibration feeds (state inputs skipped)."""
+    out: dict[str, list[float]] = {}
+    for spec in inputs:
+        if spec.name in skip or np.dtype(spec.dtype).kind != "f":
+            continue
+        arrays = [np.asarray(f[spec.name]) for f in feeds if spec.name in f]
+        arrays = [a for a in arrays if a.size and a.dtype.kind == "f"]
+        if arrays:
+            lo, hi = min(float(np.nanmin(a)) for a in arrays), max(float(np.nanmax(a)) for a in arrays)
+            if np.isfinite(lo) and np.isfinite(hi):
+                out[spec.name] = [lo, hi]
+    return out
+
+
 def _from_iterable(items: Iterable, inputs, shapes, streams) -> tuple[list, str, int]:
     """Samples from a Python iterable of feed dicts (one sample each; for a stream, ``[T, ...]`` arrays)."""
     try:
@@ -582,6 +597,9 @@ def load_calibration(calib, inputs: list[TensorSpec], shapes: dict[str, list[int
         "split_seed": SPLIT_SEED,
         "calib_count": count,
     }
+    if kind != "random":  # the device warns about (strict: refuses) inputs far outside these (RangeGuard)
+        steps = [f for s in cal for f in s] if streams else cal
+        info["input_ranges"] = input_ranges(steps, inputs, {inp for _, inp in streams})
     if streams:
         info["sequences"] = {"calibration_steps": sum(len(s) for s in cal), "holdout_steps": sum(len(s) for s in hold),
                              "state": "carried from the float model's previous step"}

@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from .manifest import read_manifest
     from .preprocess import ImageTransform
     from .runtimes.base import FallbackWarning
+    from .runtimes.tensors import InputRangeWarning
     from .runtimes.facade import AccuracyWarning, InferenceResult, Model, Stream, load
 
 # name -> "module:attribute", resolved on first access (PEP 562) so that `import edge_sdk` stays light.
@@ -51,6 +52,7 @@ _LAZY = {
     "Stream": "edge_sdk.runtimes.facade:Stream",
     "InferenceResult": "edge_sdk.runtimes.facade:InferenceResult",
     "FallbackWarning": "edge_sdk.runtimes.base:FallbackWarning",
+    "InputRangeWarning": "edge_sdk.runtimes.tensors:InputRangeWarning",
     "Detection": "edge_sdk.detect:Detection",
     "Head": "edge_sdk.detect:Head",
     "TopK": "edge_sdk.detect:TopK",

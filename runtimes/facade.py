@@ -41,7 +41,7 @@ from edge_sdk.profiles import RuntimeStep
 from .base import Runner, RunnerConfig
 from .select import BACKENDS, Selection, open_runner, resolve_folder
 from .baked import baked_frames
-from .tensors import InputPlan, OutputPlan, plan_inputs, plan_outputs
+from .tensors import InputPlan, OutputPlan, RangeGuard, plan_inputs, plan_outputs
 
 if TYPE_CHECKING:
     from edge_sdk.detect import Detection, Head, TopK
@@ -157,6 +157,7 @@ class LoadOptions:
     check_finite: bool = True
     num_threads: int | None = None
     cache_dir: Path | None = None
+    strict: bool = False
 
 
 class Model:
@@ -181,6 +182,8 @@ class Model:
         self._inputs, self._outputs = format_specs(manifest, selection.step.format)
         self._in: InputPlan = plan_inputs(self._inputs, runner.input_metadata, options.check_finite)
         self._out: OutputPlan = plan_outputs(self._outputs, runner.output_metadata)
+        # inputs far outside the calibrated ranges: warned (strict: refused); see RangeGuard
+        self._range = RangeGuard.from_manifest(manifest.calibration, [t.name for t in self._inputs], options.strict)
         self.backend = f"{runner.backend}/{runner.delegate}"
         self._preprocess = None
         # convert --bake-preprocess: this format's graph preprocesses; frames go in as they are
@@ -262,6 +265,8 @@ class Model:
         runner = self._runner
         if not runner.is_active:
             raise model_closed()
+        if self._range is not None and not raw:
+            self._range.check(inputs)
         feed, t_quant = self._in.convert(inputs, raw)
         t1 = _perf()
         if self._lock is None:
@@ -639,7 +644,9 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
         profile: Which profile to load from a multi-profile folder (name or alias).
         backend: Run this backend (``litert``, ``onnxruntime``, ``openvino``, ``tensorrt``), no fallback.
         device: Run this accelerator (delegate / execution provider / OpenVINO device), no fallback.
-        strict: Refuse to fall back from the profile's native accelerator.
+        strict: Refuse to fall back from the profile's native accelerator, and refuse (rather than
+            warn about, :class:`~edge_sdk.InputRangeWarning`) inputs far outside the ranges the
+            artifact was calibrated on.
         num_threads: CPU threads for the runtime.
         verify: Check every file's sha256 against the manifest (turn off only in development;
             always on when keys are trusted, since the signature covers the files by their hashes).
@@ -737,7 +744,7 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
         log.info("%s", note)
     try:
         model = Model(folder, manifest, runner, selection, chosen["sha"],
-                      LoadOptions(check_finite=check_finite, num_threads=num_threads, cache_dir=cache))
+                      LoadOptions(check_finite=check_finite, num_threads=num_threads, cache_dir=cache, strict=strict))
         post = manifest.postprocess  # recorded at conversion; load(head=, labels=) overrides it
         if head_spec is None and post.head and post.head != "classifier":
             head_spec = as_head(post.head, post.anchors or None, post.options or None)

@@ -111,3 +111,42 @@ def test_verify_refuses_a_recorded_head_that_does_not_fit(arts, tmp_path, cli):
         load(folder)
     r = cli("verify", str(folder), "--no-load", env={"EDGE_SDK_CONFIG": str(tmp_path / "n.toml")})
     assert r.returncode == 4 and "does not fit" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+@pytest.fixture(scope="module")
+def ranged(tmp_path_factory):
+    """An intel-cpu artifact converted from the tiny model on pixels in 0..1 (so its ranges are recorded)."""
+    base = tmp_path_factory.mktemp("ranged")
+    f = ra.build_float_onnx(base / "tiny.onnx")
+    calib = np.random.default_rng(0).uniform(0, 1, (40, 1, 8, 8, 3)).astype(np.float32)
+    edge_sdk.convert(f, ["intel-cpu"], base / "out", calib={"input": calib}, progress=None)
+    return base / "out" / "intel-cpu"
+
+
+def test_an_input_far_outside_its_calibrated_range_is_warned_or_refused(ranged):
+    """Issue 43, finding 5: 0-255 pixel values fed as floats to a 0-1 model were accepted on every
+    backend (the wrong class at p = 0.94-0.99). The converter records each float input's calibrated
+    range; the device warns once (strict: refuses) when values go more than one span beyond it."""
+    import json
+
+    rec = json.loads((ranged / "manifest.json").read_text())["calibration"]["input_ranges"]
+    lo, hi = rec["input"]
+    assert 0.0 <= lo < 0.05 and 0.95 < hi <= 1.0, rec
+    x = np.random.default_rng(1).uniform(0, 1, (1, 8, 8, 3)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", edge_sdk.InputRangeWarning)
+        warnings.filterwarnings("ignore", category=edge_sdk.FallbackWarning)
+        with edge_sdk.load(ranged) as m:
+            m.infer(x)
+            m.infer(np.clip(x * 1.5 - 0.2, -0.5, 1.5).astype(np.float32))  # a little outside: honest data does that
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with edge_sdk.load(ranged) as m:
+            m.infer(x * 255)
+            m.infer({"input": x * 255})
+    said = [str(w.message) for w in caught if issubclass(w.category, edge_sdk.InputRangeWarning)]
+    assert len(said) == 1 and "far outside the range it was calibrated on" in said[0] and "0..1" in said[0], said
+    with edge_sdk.load(ranged, strict=True) as m:
+        m.infer(x)
+        with pytest.raises(InputValidationError, match="far outside"):
+            m.infer(x * 255)
