@@ -172,6 +172,13 @@ class Runner:
     def activate_impl(self) -> None:
         raise NotImplementedError
 
+    #: True when :meth:`infer_stoppable` can end a call from another thread (the watchdog).
+    stoppable: ClassVar[bool] = False
+
+    def infer_stoppable(self, feed: list[np.ndarray], arm: Callable[[Callable[[], None]], None]) -> list[np.ndarray]:
+        """:meth:`infer_impl`, first handing ``arm`` a function that stops this call (where ``stoppable``)."""
+        return self.infer_impl(feed)
+
     def infer_impl(self, feed: list[np.ndarray]) -> list[np.ndarray]:
         raise NotImplementedError
 

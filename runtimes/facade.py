@@ -42,6 +42,7 @@ from .base import Runner, RunnerConfig
 from .select import BACKENDS, Selection, open_runner, resolve_folder
 from .baked import baked_frames
 from .tensors import InputPlan, OutputPlan, RangeGuard, plan_inputs, plan_outputs
+from .watchdog import Watchdog
 
 if TYPE_CHECKING:
     from edge_sdk.detect import Detection, Head, TopK
@@ -158,6 +159,7 @@ class LoadOptions:
     num_threads: int | None = None
     cache_dir: Path | None = None
     strict: bool = False
+    watchdog_s: float | None = None
 
 
 class Model:
@@ -184,6 +186,8 @@ class Model:
         self._out: OutputPlan = plan_outputs(self._outputs, runner.output_metadata)
         # inputs far outside the calibrated ranges: warned (strict: refused); see RangeGuard
         self._range = RangeGuard.from_manifest(manifest.calibration, [t.name for t in self._inputs], options.strict)
+        # a runaway call (an input-dependent loop) is stopped where the runtime can be told to stop
+        self._watch = (Watchdog(options.watchdog_s) if runner.stoppable and options.watchdog_s != 0 else None)
         self.backend = f"{runner.backend}/{runner.delegate}"
         self._preprocess = None
         # convert --bake-preprocess: this format's graph preprocesses; frames go in as they are
@@ -271,7 +275,7 @@ class Model:
         t1 = _perf()
         if self._lock is None:
             try:
-                outs = runner.infer_impl(feed)
+                outs = runner.infer_impl(feed) if self._watch is None else self._watched(runner, feed)
             except Exception as exc:
                 if not runner.is_active:  # closed by another thread mid-call
                     raise ModelLoadError("This model was closed while inferring.", "Do not close a model other threads use.") from None
@@ -281,7 +285,7 @@ class Model:
                 if not runner.is_active:  # closed by another thread while this one waited
                     raise model_closed()
                 try:
-                    outs = runner.infer_impl(feed)
+                    outs = runner.infer_impl(feed) if self._watch is None else self._watched(runner, feed)
                 except Exception as exc:
                     raise self._refused(exc) from exc
         t2 = _perf()
@@ -290,6 +294,28 @@ class Model:
         return InferenceResult(
             outputs, {"preprocess": 0.0, "quantize": t_quant * 1e3, "inference": (t2 - t1) * 1e3,
                       "dequantize": (t3 - t2) * 1e3, "total": (t3 - t0) * 1e3}, *self._facts, None, self.labels)
+
+    def _watched(self, runner: Runner, feed: list) -> list:
+        """One call under the watchdog; a call it stopped ends in an ``InputValidationError``."""
+        watch, token = self._watch, [None]
+        assert watch is not None
+
+        def arm(stop):
+            token[0] = watch.arm(stop)
+
+        t0 = _perf()
+        try:
+            outs = runner.infer_stoppable(feed, arm)
+        except Exception:
+            if watch.disarm(token[0], _perf() - t0, ok=False):
+                raise InputValidationError(
+                    f"This inference ran past the {watch.limit():.3g} s watchdog and was stopped: the model runs far "
+                    "longer on these inputs than it should (an input-dependent loop, or a runaway model).",
+                    "Check the inputs' values; if the model legitimately takes longer, load(watchdog_s=SECONDS) "
+                    "(0 turns the watchdog off).") from None
+            raise
+        watch.disarm(token[0], _perf() - t0, ok=True)
+        return outs
 
     def _refused(self, exc: Exception) -> Exception:
         """A runtime's failure on inputs that passed the contract (shape, dtype, finite), as one
@@ -502,6 +528,8 @@ class Model:
             self._submit_pipes = {}
         for pipe in pipes:  # frames in flight finish; extra requests / interpreters are released
             pipe.close()
+        if self._watch is not None:
+            self._watch.close()
         if self._lock is None:
             self._runner.deactivate()
         else:
@@ -636,7 +664,7 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
          allow_unpublished: bool = False, allow_external_delegates: list[str | Path] | None = None,
          trusted_keys: list | None = None, crash_guard: bool | None = None,
          verified_cache: str | Path | None = None, head: "str | Head | None" = None,
-         labels: "Sequence[str] | str | Path | None" = None) -> Model:
+         labels: "Sequence[str] | str | Path | None" = None, watchdog_s: float | None = None) -> Model:
     """Load an artifact for inference on the best runtime step this device supports.
 
     Args:
@@ -673,6 +701,9 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
             ``"ssd-anchors:<spec>"`` (box regressions and scores against anchors, docs/heads.md) fill
             ``result.detections`` in frame pixels; ``"segmentation"`` fills ``result.mask``; or an
             :class:`edge_sdk.detect.Head` with thresholds; ``"classifier"`` only attaches labels.
+        watchdog_s: Seconds one inference may run before it is stopped with an
+            ``InputValidationError`` (where the runtime can be stopped: ONNX Runtime); None:
+            automatic, at least 60 s or 1000x the model's fastest call; 0: off.
         labels: Class names (a list, or a text file with one per line) for detections and
             ``result.top_k()``.
 
@@ -690,6 +721,10 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
     from edge_sdk.trust import Policy, check_artifact
 
     head_spec, label_list = as_head(head), read_labels(labels)  # argument errors before any loading
+    if watchdog_s is not None and (isinstance(watchdog_s, bool) or not isinstance(watchdog_s, (int, float))
+                                   or not (watchdog_s >= 0 and watchdog_s < float("inf"))):
+        raise InputValidationError(f"watchdog_s must be a number of seconds >= 0 (0: off), got {watchdog_s!r}.",
+                                   "e.g. load(path, watchdog_s=30).")
     policy = Policy.resolve(allow_external_delegates, trusted_keys)
     verify = verify or bool(policy.trusted_keys)  # a signature vouches for files only through their hashes
 
@@ -744,7 +779,8 @@ def load(path: str | Path, *, profile: str | None = None, backend: str | None = 
         log.info("%s", note)
     try:
         model = Model(folder, manifest, runner, selection, chosen["sha"],
-                      LoadOptions(check_finite=check_finite, num_threads=num_threads, cache_dir=cache, strict=strict))
+                      LoadOptions(check_finite=check_finite, num_threads=num_threads, cache_dir=cache, strict=strict,
+                                  watchdog_s=None if watchdog_s is None else float(watchdog_s)))
         post = manifest.postprocess  # recorded at conversion; load(head=, labels=) overrides it
         if head_spec is None and post.head and post.head != "classifier":
             head_spec = as_head(post.head, post.anchors or None, post.options or None)

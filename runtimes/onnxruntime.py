@@ -152,7 +152,7 @@ class OnnxRuntimeRunner(Runner):
             raise DelegateUnavailableError(
                 f"ONNX Runtime dropped {provider} while creating the session (in use: {', '.join(used)}).",
                 "Install the ONNX Runtime build with this provider and its libraries (CUDA, cuDNN, TensorRT).")
-        self._sess = sess
+        self._sess, self._ort = sess, ort
         self.details["providers"] = list(used)
         if arithmetic:
             self.details["int8_arithmetic"] = arithmetic
@@ -170,6 +170,14 @@ class OnnxRuntimeRunner(Runner):
 
     def infer_impl(self, feed: list[np.ndarray]) -> list[np.ndarray]:
         return self._sess.run(self._out_names, dict(zip(self._in_names, feed)))
+
+    stoppable = True
+
+    def infer_stoppable(self, feed, arm):
+        """One run with its own ``RunOptions``, whose ``terminate`` flag the watchdog may set."""
+        options = self._ort.RunOptions()
+        arm(lambda: setattr(options, "terminate", True))
+        return self._sess.run(self._out_names, dict(zip(self._in_names, feed)), options)
 
     def deactivate_impl(self) -> None:
         self._sess = None
