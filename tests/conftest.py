@@ -28,6 +28,13 @@ def cli():
 
 
 @pytest.fixture
+def isolated(tmp_path, monkeypatch):
+    """No owner config file and a private verified-models cache: a test sees only its own trust setup."""
+    monkeypatch.setenv("EDGE_SDK_CONFIG", str(tmp_path / "no-config.toml"))
+    monkeypatch.setenv("EDGE_SDK_VERIFIED_CACHE", str(tmp_path / "verified"))
+
+
+@pytest.fixture
 def npy(tmp_path):
     """One input of the hand-built runtime artifacts (tests/rt_artifacts.py) saved as ``x.npy``."""
     import numpy as np

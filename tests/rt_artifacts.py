@@ -220,6 +220,17 @@ def tflite_artifacts(tmp_path_factory) -> dict[str, Path]:
     return _BUILT["tflite"]
 
 
+def load_quiet(folder, **kw):
+    """``edge_sdk.load`` with its fallback/gate warnings silenced (the tests assert on what they check)."""
+    import warnings
+
+    import edge_sdk
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return edge_sdk.load(folder, **kw)
+
+
 def copy_artifact(src: Path, dst: Path) -> Path:
     """A private copy of an artifact folder that a test may damage."""
     shutil.copytree(src, dst)

@@ -13,7 +13,6 @@ model's outputs, and is refused once its bytes change.
 from __future__ import annotations
 
 import shutil
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -21,23 +20,18 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import edge_sdk
 from edge_sdk.errors import ManifestError, ModelLoadError
 from edge_sdk.onnx_wire import WireError, external_refs
 from edge_sdk.signing import generate_keypair, sign_artifact
 
 import rt_artifacts as ra
 
+pytestmark = pytest.mark.usefixtures("isolated")  # tests/conftest.py
+
 
 @pytest.fixture(scope="module")
 def arts(tmp_path_factory):
     return ra.onnx_artifacts(tmp_path_factory)
-
-
-@pytest.fixture(autouse=True)
-def isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv("EDGE_SDK_CONFIG", str(tmp_path / "no-config.toml"))
-    monkeypatch.setenv("EDGE_SDK_VERIFIED_CACHE", str(tmp_path / "verified"))
 
 
 def set_external_data(t, location: str, offset: int | None = None, length: int | None = None) -> None:
@@ -50,11 +44,7 @@ def set_external_data(t, location: str, offset: int | None = None, length: int |
     t.data_location = TensorProto.EXTERNAL
 
 
-def load(folder, **kw):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return edge_sdk.load(folder, **kw)
-
+load = ra.load_quiet
 
 def externalize(qdq: Path, model_out: Path, location: str, payload: Path) -> str:
     """Move the largest initializer of ``qdq`` into ``payload`` and save the model, naming it ``location``.

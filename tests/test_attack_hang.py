@@ -23,6 +23,8 @@ from edge_sdk.manifest import TensorSpec
 
 import rt_artifacts as ra
 
+pytestmark = pytest.mark.usefixtures("isolated")  # tests/conftest.py
+
 
 def loop_model(path: Path) -> Path:
     """y = x-dependent Loop: trip count = max(x) * 1e12 (zeros: 0 iterations; ones: forever)."""
@@ -48,12 +50,6 @@ def loop_model(path: Path) -> Path:
     onnx.checker.check_model(m)
     onnx.save(m, str(path))
     return path
-
-
-@pytest.fixture(autouse=True)
-def isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv("EDGE_SDK_CONFIG", str(tmp_path / "no-config.toml"))
-    monkeypatch.setenv("EDGE_SDK_VERIFIED_CACHE", str(tmp_path / "verified"))
 
 
 @pytest.fixture
@@ -85,8 +81,9 @@ def test_an_input_dependent_loop_is_stopped_by_the_watchdog(looping):
             edge_sdk.load(looping, watchdog_s=bad)
 
 
-def test_the_watchdog_costs_a_dict_store_per_call(looping):
-    """No thread per call: one daemon thread per model, started at the first watched call."""
+def test_the_watchdog_is_one_thread_per_model_and_leaves_nothing_armed(looping):
+    """No thread per call: one daemon thread per model, started at the first watched call; every
+    deadline is disarmed when its call returns."""
     import threading
 
     with warnings.catch_warnings():

@@ -31,6 +31,8 @@ from edge_sdk.manifest import TensorSpec
 
 import rt_artifacts as ra
 
+pytestmark = pytest.mark.usefixtures("isolated")  # tests/conftest.py
+
 IMG = [TensorSpec("image", [-1, 32, 32, 3], "float32")]
 IMG_SHAPES = {"image": [1, 32, 32, 3]}
 #: A hang is a failure: every CLI call below must finish well within this.
@@ -40,12 +42,6 @@ TIMEOUT_S = 120
 @pytest.fixture(scope="module")
 def arts(tmp_path_factory):
     return ra.onnx_artifacts(tmp_path_factory)
-
-
-@pytest.fixture(autouse=True)
-def isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv("EDGE_SDK_CONFIG", str(tmp_path / "no-config.toml"))
-    monkeypatch.setenv("EDGE_SDK_VERIFIED_CACHE", str(tmp_path / "verified"))
 
 
 def bomb_png(path: Path, side: int = 30000) -> Path:

@@ -16,16 +16,16 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-import edge_sdk
 from edge_sdk.errors import ManifestError, ModelLoadError
 
 import rt_artifacts as ra
+
+pytestmark = pytest.mark.usefixtures("isolated")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")
@@ -41,17 +41,7 @@ def other_onnx(tmp_path_factory):
     return ra.build_qdq_onnx(f, work / "qdq.onnx")
 
 
-@pytest.fixture(autouse=True)
-def isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv("EDGE_SDK_CONFIG", str(tmp_path / "no-config.toml"))
-    monkeypatch.setenv("EDGE_SDK_VERIFIED_CACHE", str(tmp_path / "verified"))
-
-
-def load(folder, **kw):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return edge_sdk.load(folder, **kw)
-
+load = ra.load_quiet
 
 def flipped(path: Path) -> bytes:
     """Other bytes that still pass the cheap container checks (so only the hash can tell)."""

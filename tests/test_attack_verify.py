@@ -13,23 +13,15 @@ from edge_sdk.errors import InputValidationError, ManifestError, ModelLoadError
 
 import rt_artifacts as ra
 
+pytestmark = pytest.mark.usefixtures("isolated")  # tests/conftest.py
+
 
 @pytest.fixture(scope="module")
 def arts(tmp_path_factory):
     return ra.onnx_artifacts(tmp_path_factory)
 
 
-@pytest.fixture(autouse=True)
-def isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv("EDGE_SDK_CONFIG", str(tmp_path / "no-config.toml"))
-    monkeypatch.setenv("EDGE_SDK_VERIFIED_CACHE", str(tmp_path / "verified"))
-
-
-def load(folder, **kw):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return edge_sdk.load(folder, **kw)
-
+load = ra.load_quiet
 
 def test_an_openvino_refusal_says_what_is_wrong_not_where_in_cpp(arts, tmp_path):
     """Issue 43, finding 8: 136 of 250 OpenVINO XML refusals said only
