@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from edge_sdk import preprocess as pp
 from edge_sdk._deps import version_of
 from edge_sdk._version import __version__
-from edge_sdk.errors import ConversionError, InputValidationError
+from edge_sdk.errors import (ConversionBugError, ConversionError, DelegateUnavailableError, InputValidationError,
+                             MissingDependencyError, describe_bug)
 from edge_sdk.fsutil import staging_dir
 from edge_sdk import typed
 from edge_sdk.manifest import (BakedPreprocessing, Manifest, PostprocessSpec, Preprocessing, ProfileRef, SourceInfo,
@@ -88,7 +89,9 @@ def build_profile(ctx: BuildContext) -> ProfileSummary:
         raise InputValidationError(f"Artifact folder {final} already exists.", "Pass --force to replace it.") from None
     except OSError as exc:
         if exc.errno not in STORAGE_ERRNOS:
-            raise
+            error = describe_bug(exc, f"building the {ctx.profile.name} artifact") + "; nothing of it was published"
+            ctx.say(f"nothing published: {error}")
+            return ProfileSummary(ctx.profile.name, str(final), False, [], [], "not_run", {}, [], [], error=error, bug=True)
         error = f"could not write it: {storage_fault(exc)}; nothing of it was published"
         ctx.say(f"nothing published: {error}")
         return ProfileSummary(ctx.profile.name, str(final), False, [], [], "not_run", {}, [], [], error=error)
@@ -96,6 +99,10 @@ def build_profile(ctx: BuildContext) -> ProfileSummary:
         summary = nothing.args[0]
         ctx.say("nothing published" + (f": {summary.error}" if summary.error else ""))
         return summary
+    except Exception as exc:  # noqa: BLE001 - our bug: this profile's row says so, the next one is tried
+        error = describe_bug(exc, f"building the {ctx.profile.name} artifact") + "; nothing of it was published"
+        ctx.say(f"nothing published: {error}")
+        return ProfileSummary(ctx.profile.name, str(final), False, [], [], "not_run", {}, [], [], error=error, bug=True)
     ctx.say(f"wrote {final} ({', '.join(summary.formats)})")
     return summary
 
@@ -113,9 +120,20 @@ def _convert_formats(ctx: BuildContext) -> tuple[dict[str, Recovery], dict[str, 
             continue
         try:
             recs[fmt] = convert_format(ctx, fmt, ctx.recovery)
-        except ConversionError as exc:
+        except (ConversionError, MissingDependencyError, DelegateUnavailableError, InputValidationError) as exc:
             reason = exc.message + (f" (hint: {exc.hint})" if exc.hint else "")
-            failed[fmt] = FormatOutcome(fmt, "conversion_failed", reason)
+            failed[fmt] = FormatOutcome(fmt, "conversion_failed", reason, bug=isinstance(exc, ConversionBugError))
+            ctx.say(f"{fmt}: conversion FAILED: {reason}")
+            continue
+        except MemoryError:
+            failed[fmt] = FormatOutcome(fmt, "conversion_failed", "ran out of memory converting or judging it")
+            ctx.say(f"{fmt}: conversion FAILED: out of memory")
+            continue
+        except Exception as exc:  # noqa: BLE001 - our bug: this format's row says so, the others go on
+            if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS:
+                raise  # a full disk or an unwritable folder ends the profile (build_profile says so)
+            reason = describe_bug(exc, f"converting {fmt}")
+            failed[fmt] = FormatOutcome(fmt, "conversion_failed", reason, bug=True)
             ctx.say(f"{fmt}: conversion FAILED: {reason}")
             continue
         for w in recs[fmt].chosen.result.warnings:

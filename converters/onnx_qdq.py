@@ -504,6 +504,7 @@ def convert(job: ConvertJob) -> FormatResult:
     require("onnxruntime.quantization", "int8 ONNX conversion")
     from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
+    from .emitted import check_onnx
     from .sources import refuse_quantized
 
     refuse_quantized(job.source, "int8 QDQ ONNX")
@@ -530,13 +531,13 @@ def convert(job: ConvertJob) -> FormatResult:
             _quantize(job, prepped, method, excluded, [t for t in every if t not in recipe.float_ops], per_channel, out)
             if not excluded and not recipe.float_ops:  # quantized whole: mixed candidates edit this one
                 job.cache[job.recipe.whole_key("onnx-qdq", job.profile)] = str(out)
-        qmodel = onnx.load(str(out))
-        onnx.checker.check_model(qmodel)
     except ConversionError:
         raise
     except Exception as exc:  # noqa: BLE001 - ORT quantization raises many types
         raise ConversionError(f"ONNX Runtime quantization failed: {str(exc)[:300]}",
                               "Check that the model runs in ONNX Runtime at the given input shapes.") from None
+    check_onnx(out, "onnx-qdq", "float layers edit" if derived is not None else "QDQ quantizer", prepped, job.cache)
+    qmodel = onnx.load(str(out))
     evidence = int8_evidence(qmodel)
     if not evidence["QuantizeLinear"] or not evidence["int8_initializers"]:
         raise ConversionError(f"Quantization produced no int8 tensors ({evidence}).",

@@ -186,8 +186,12 @@ def convert(job: ConvertJob) -> FormatResult:
     Raises:
         ConversionError: conversion, reshape or quantization failed, or the result is not int8.
     """
+    from .sources import refuse_quantized
+
     ov = require("openvino", "OpenVINO IR conversion")
     nncf = require("nncf", "OpenVINO int8 quantization")
+    # one answer for a quantized source: NNCF would quantize its int8 weights again, without a word
+    refuse_quantized(job.source, "int8 OpenVINO IR")
     model, read_from = _read(job)
     names = [p.get_any_name() for p in model.inputs]
     # NNCF feeds each item to the model as-is: a dict keyed by input name works for any input count.

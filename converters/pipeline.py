@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from edge_sdk import preprocess as pp
-from edge_sdk.errors import AccuracyGateError, CalibrationError, ConversionError, InputValidationError
+from edge_sdk.errors import AccuracyGateError, CalibrationError, ConversionBugError, ConversionError, InputValidationError
 from edge_sdk.fsutil import clean_stale, output_lock
 from edge_sdk.offline import no_telemetry
 from edge_sdk.outputs import OutputKind, parse_declaration
@@ -401,6 +401,8 @@ def _raise_if_failed(summary: ConvertSummary) -> None:
     failed_conv = [p for p in summary.profiles
                    if p.conversion_failed or any(o.status == "conversion_failed" for o in p.outcomes)]
     failed_gate = [p for p in summary.profiles if any(o.status == "gate_failed" for o in p.outcomes)]
+    bugs = [(p.profile, p.error) for p in summary.profiles if p.bug] + \
+        [(f"{p.profile} {o.format}", o.reason) for p in summary.profiles for o in p.outcomes if o.bug]
     if not failed_conv and not failed_gate:
         return
     published = [p.profile for p in summary.profiles if p.published]
@@ -412,8 +414,13 @@ def _raise_if_failed(summary: ConvertSummary) -> None:
                                              + (o.reason if o.status == "conversion_failed" else _first(o.reason))
                                              for o in bad) if bad else p.error)
 
-    if failed_conv:
-        exc: ConversionError = ConversionError(
+    if bugs:
+        exc: ConversionError = ConversionBugError(
+            "edge-sdk failed in its own code for " + " | ".join(f"{w}: {why}" for w, why in bugs) + "." + done,
+            "This is a bug in edge-sdk, not in your model or data: please report it with the line above. The other "
+            "profiles and formats were still converted; the table above has their verdicts.")
+    elif failed_conv:
+        exc = ConversionError(
             "Conversion failed for " + " | ".join(what(p) for p in failed_conv + [q for q in failed_gate if q not in failed_conv])
             + "." + done, "Each failure names the step and op; other profiles and formats were still converted.")
     else:

@@ -198,7 +198,7 @@ def refuse_quantized(source: SourceModel, fmt: str) -> None:
             f"{Path(source.path).name} is already quantized ({ops}); {fmt} quantizes a float model to int8 with the "
             "calibration data, and a quantized one cannot be quantized again.",
             "Convert the float model this one was quantized from (before onnxruntime's quantize_dynamic or "
-            "quantize_static); the intel-cpu profile (OpenVINO) can also take the model as it is.")
+            "quantize_static). Every int8 format gives this answer: none quantizes quantized weights again.")
 
 
 READERS: Registry[Callable] = Registry("source format", ModelLoadError)

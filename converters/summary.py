@@ -7,7 +7,11 @@ Every requested profile is attempted; each of its formats ends in one of four st
   (the manifest says so and ``load`` warns);
 * ``gate_failed``: converted, the gate failed; the candidate is kept under ``out/.rejected/<profile>/``
   with its report, never loadable as a published profile;
-* ``conversion_failed``: the converter could not make it (the reason names the step and the op).
+* ``conversion_failed``: the converter could not make it (the reason names the step and the op);
+  with ``bug`` set, edge-sdk's own code failed there (the reason says where; the run exits 70).
+
+Nothing in one format or profile ends the run: an exception there, however unexpected, becomes
+that format's or profile's row, and the table and the ``--json`` summary are always printed.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ class FormatOutcome:
         int8_compute: Of the artifact's compute ops (convolutions, matmuls), how many run in int8,
             read from the file: ``compute_ops``, ``int8_ops``, ``share``, ``macs``, ``int8_macs``,
             ``mac_share``, ``float_ops`` (:mod:`~.int8_compute`); empty where not known.
+        bug: The format failed in edge-sdk's own code, not because of the model or the data.
     """
 
     format: str
@@ -45,6 +50,7 @@ class FormatOutcome:
     route: str = ""
     advice: str = ""
     int8_compute: dict[str, Any] = field(default_factory=dict)
+    bug: bool = False
 
 
 @dataclass
@@ -63,6 +69,7 @@ class ProfileSummary:
         outcomes: Per requested format, what happened.
         rejected: Where the rejected candidate was kept for inspection ('' if none).
         error: Why the profile produced nothing, when it did not.
+        bug: The profile failed in edge-sdk's own code (``error`` says where).
     """
 
     profile: str
@@ -76,6 +83,7 @@ class ProfileSummary:
     outcomes: list[FormatOutcome] = field(default_factory=list)
     rejected: str = ""
     error: str = ""
+    bug: bool = False
 
     @property
     def conversion_failed(self) -> bool:
@@ -107,9 +115,10 @@ class ConvertSummary:
                   "conversion_failed": "conversion FAILED"}
         for p in self.profiles:
             if not p.outcomes:
-                rows.append((p.profile, "-", "conversion FAILED", "-", p.error))
+                rows.append((p.profile, "-", "FAILED (edge-sdk bug)" if p.bug else "conversion FAILED", "-", p.error))
             for o in p.outcomes:
-                rows.append((p.profile, o.format, labels[o.status], label(o.int8_compute), o.reason or o.figures))
+                rows.append((p.profile, o.format, "FAILED (edge-sdk bug)" if o.bug else labels[o.status],
+                             label(o.int8_compute), o.reason or o.figures))
         widths = [max(len(r[i]) for r in rows) for i in range(4)]
         lines = [("  ".join(f"{r[i]:<{widths[i]}}" for i in range(4)) + f"  {r[4]}").rstrip() for r in rows]
         for p in self.profiles:

@@ -97,17 +97,34 @@ def convert(model, profiles, out, calib, validation, calib_count, input_shapes, 
                               float_nodes=list(float_nodes), calib_method=calib_method, stream=list(streams),
                               head=head, labels=labels, bake_preprocess=bake_preprocess, min_int8_share=min_int8_share,
                               allow_accuracy_drop=allow_accuracy_drop, force=force)
-    except ConversionError as exc:
+    except Exception as exc:
         report = getattr(exc, "report", None)
-        if as_json and report:
-            emit_json(report)
-        elif report:
+        if as_json:  # the summary is printed whatever ended the run: a refusal at read time has no profiles
+            emit_json(json_summary(report or {"source": str(model), "source_format": "", "out": str(out),
+                                              "profiles": [], "kinds": [], "ok": False}, exc))
+        elif report and isinstance(exc, ConversionError):
             _print_summary(getattr(exc, "summary"))
         raise
     if as_json:
-        emit_json(summary.to_dict())
+        emit_json(json_summary(summary.to_dict(), None))
         return
     _print_summary(summary)
+
+
+def json_summary(report: dict, exc: BaseException | None) -> dict:
+    """``convert --json``'s summary with how the run ended: ``exit_code`` (0 when every format was
+    published) and ``error`` (``type``, ``message``, ``hint``; null on success), the same fields
+    for a refusal before any profile ran, a gate or conversion failure, and a bug in edge-sdk."""
+    from .errors import EdgeSDKError, describe_bug, exit_code_for
+
+    if exc is None:
+        return {**report, "exit_code": 0, "error": None}
+    if isinstance(exc, EdgeSDKError):
+        error = {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint}
+    else:
+        error = {"type": "InternalError", "message": describe_bug(exc, "converting"),
+                 "hint": "This is a bug in edge-sdk: please report it with this message (--debug prints the trace)."}
+    return {**report, "exit_code": exit_code_for(exc), "error": error}
 
 
 def _print_summary(summary) -> None:

@@ -63,6 +63,31 @@ class ConversionError(EdgeSDKError):
     exit_code = 6
 
 
+class ConversionBugError(ConversionError):
+    """edge-sdk failed in its own code while converting some format or profile (the others were
+    still converted and published); its row in the summary says where. Exit 70, as any internal error."""
+
+    exit_code = 70
+
+
+def describe_bug(exc: BaseException, doing: str) -> str:
+    """One line for an unexpected exception in edge-sdk's own code: what it was doing, the error,
+    and the innermost edge-sdk frame (package-relative path, line, function) to report."""
+    import traceback
+
+    where = ""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        path = frame.filename.replace("\\", "/")
+        for pkg in ("/edge_sdk/", "/converters/", "/runtimes/", "/device_profiles/"):
+            if pkg in path:
+                where = f" at {pkg.strip('/')}/{path.rsplit(pkg, 1)[1]}:{frame.lineno} ({frame.name})"
+                break
+        if where:
+            break
+    text = str(exc).strip() or "(no message)"
+    return f"edge-sdk bug while {doing}: {type(exc).__name__}: {text}{where}"
+
+
 class CalibrationError(ConversionError):
     """Calibration data is missing, unreadable, empty, or does not fit the model's inputs."""
 
@@ -122,6 +147,7 @@ class FleetError(EdgeSDKError):
 EXIT_CODES: tuple[tuple[type[EdgeSDKError], int], ...] = tuple(
     (cls, cls.exit_code)
     for cls in (
+        ConversionBugError,
         AccuracyGateError,
         CalibrationError,
         ConversionError,

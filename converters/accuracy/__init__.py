@@ -20,7 +20,7 @@ from edge_sdk import typed
 
 from ..base import Feed
 from .kinds import infer_kinds, kinds_table
-from .metrics import evaluate_output, one_line
+from .metrics import OutputMismatch, evaluate_output, one_line
 from .reference import REFERENCES, FloatReference, carried_float_outputs, float_outputs
 
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ def compare(reference: list[dict[str, np.ndarray]], test: list[dict[str, np.ndar
             ref, got = [ref[i] for i in index], [got[i] for i in index]
         try:
             m = evaluate_output(ref, got, kinds[f], spec, None if flag else masks.get(links.get(f, "")), state_judge, index)
-        except ValueError as exc:
+        except OutputMismatch as exc:
             raise ConversionError(f"Output '{t}': {exc}") from None
         masks[f] = m.pop("_mask", None)
         if flag:
@@ -264,8 +264,29 @@ def evaluate(folder: Path, step: RuntimeStep, holdout: list[Feed], reference: li
             report["long_stream"] = {**long_stream.describe(), "outputs": long_outputs}
         elif long_stream_note:
             report["long_stream"] = {"not_run": long_stream_note}
+    odd = finite_figures(report)
+    if odd:  # a figure no threshold can judge: the candidate failed, and its report stays writable
+        fails.append(f"figures that are not finite numbers: {', '.join(odd[:4])}" + (" ..." if len(odd) > 4 else ""))
     report["passed"] = not fails
     return report
+
+
+def finite_figures(data: Any, where: str = "") -> list[str]:
+    """Replace every non-finite float in a report (nested dicts and lists) by its name (``"nan"``,
+    ``"inf"``, ``"-inf"``), in place; return where each was. A manifest holds no NaN (strict JSON),
+    and a NaN figure compares false with every threshold: it must never read as a pass."""
+    from .metrics import _r
+
+    found: list[str] = []
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for key, value in list(items):
+        at = f"{where}.{key}" if where else str(key)
+        if isinstance(value, (float, np.floating)) and not np.isfinite(value):
+            data[key] = _r(float(value))
+            found.append(at)
+        elif isinstance(value, (dict, list)):
+            found += finite_figures(value, at)
+    return found
 
 
 def thresholds(spec: AccuracySpec) -> dict[str, Any]:

@@ -45,10 +45,52 @@ def _r(x: float, nd: int = 6) -> float | str:
 def _check(out: dict[str, Any], fails: list[str], key: str, value: float, threshold: float, higher: bool,
            message: str) -> None:
     """Judge one figure: record its relative margin to the threshold (>= 0 passes) and fail if below."""
+    if not math.isfinite(value):  # NaN compares false both ways: it would pass every threshold
+        out.setdefault("margins", {})[key] = NON_FINITE_MARGIN
+        fails.append(f"{key.replace('_', ' ')} is {_r(value)}, not a finite number")
+        return
     margin = (value - threshold) if higher else (threshold - value)
     out.setdefault("margins", {})[key] = round(margin / max(abs(threshold), 1e-6), 4)
     if margin < 0:
         fails.append(message)
+
+
+#: The margin recorded for a figure or an output that is not a finite number: a failure as deep as a
+#: figure of 0 against a higher-is-better threshold, so it ranks below every candidate that measured.
+NON_FINITE_MARGIN = -1.0
+
+
+class OutputMismatch(ValueError):
+    """The int8 output cannot be compared with the float one (its shape differs)."""
+
+
+def non_finite(r: np.ndarray, t: np.ndarray) -> dict[str, Any] | None:
+    """Where float and int8 disagree about non-finite values (NaN, +-inf) in one output, stacked
+    per sample: ``{"elements", "of", "samples", "int8", "float", "message"}``, or None where they
+    do not (positions both sides hold the same infinity, or both NaN, are agreement: the caller
+    judges the rest). A quantized model that turns a finite float value into NaN or an infinity
+    has failed there, whatever the other figures say; no metric of NaN is a number.
+    """
+    fin_r, fin_t = np.isfinite(r), np.isfinite(t)
+    if fin_r.all() and fin_t.all():
+        return None
+    same = (r == t) | (np.isnan(r) & np.isnan(t))
+    off = ~(fin_r & fin_t) & ~same
+    if not off.any():
+        return None
+
+    def values(a: np.ndarray) -> list[str]:
+        v = a[off & ~np.isfinite(a)]
+        return sorted({_r(x) for x in np.unique(v)[:3]} | ({"nan"} if np.isnan(v).any() else set()))  # type: ignore[misc]
+
+    n, samples = int(off.sum()), int(off.reshape(off.shape[0], -1).any(axis=1).sum())
+    got, want = values(t), values(r)
+    where = f"{n} of {off.size} elements ({samples} of {off.shape[0]} held-back samples)"
+    if got:
+        msg = f"int8 gives non-finite values ({', '.join(got)}) at {where} where float gives finite ones"
+    else:
+        msg = f"float gives non-finite values ({', '.join(want)}) at {where} where int8 gives finite ones"
+    return {"elements": n, "of": int(off.size), "samples": samples, "int8": got, "float": want, "message": msg}
 
 
 def score(outputs: dict[str, dict[str, Any]]) -> float:
@@ -663,9 +705,17 @@ def evaluate_output(ref: list[np.ndarray], test: list[np.ndarray], kind: OutputK
     r = np.stack([np.asarray(a, np.float64) for a in ref])
     t = np.stack([np.asarray(a, np.float64) for a in test])
     if r.shape != t.shape:
-        raise ValueError(f"int8 output shape {list(t.shape[1:])} differs from the float {list(r.shape[1:])}")
+        raise OutputMismatch(f"int8 output shape {list(t.shape[1:])} differs from the float {list(r.shape[1:])}")
     samples = r.shape[0]
     out: dict[str, Any] = {"kind": kind.label(), "samples": samples}
+    bad = non_finite(r, t)
+    if bad is not None:
+        msg = bad.pop("message")
+        return {**out, "non_finite": bad, "margins": {"finite": NON_FINITE_MARGIN}, "failures": [msg],
+                "passed": False, "_mask": None}
+    if not (np.isfinite(r).all() and np.isfinite(t).all()):  # the same infinities on both sides: judge the rest
+        both = np.isfinite(r) & np.isfinite(t)
+        r, t = np.where(both, r, 0.0), np.where(both, t, 0.0)
     if kind.kind != "packed":
         part, fails, conf = judge_part(r, t, kind.kind, kind.axis, kind.activation, spec, kind, samples, mask,
                                        state_judge, index)
@@ -724,6 +774,10 @@ def one_line(name: str, m: dict[str, Any]) -> str:
     keys = ("detection_f1", "object_f1", "top1_agreement", "decided_top1_agreement", "decision_agreement", "score_error", "positive_f1", "range_error", "range_error_p99", "point_error", "iou", "frame_iou_mean",
             "frame_iou_min", "cosine_mean", "cosine_min", "token_error", "step_agreement", "sequence_agreement",
             "state_error_end", "state_error_mean")
+    if "non_finite" in m:
+        f = m["non_finite"]
+        return (f"{name} [{m['kind']}]: non-finite ({', '.join(f['int8'] or f['float'])}) at {f['elements']} of "
+                f"{f['of']} elements")
     if "groups" in m:
         return "; ".join(one_line(f"{name}/{g}", gm) for g, gm in m["groups"].items())
     if "object_f1" in m.get("objects", {}):  # a declared head's objects, judged beside this output

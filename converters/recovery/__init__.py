@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from edge_sdk.errors import ConversionError, InputValidationError
+from edge_sdk.errors import ConversionBugError, ConversionError, InputValidationError
 
 from ..base import Recipe, cpu_seconds, waiting_seconds
 from ..targets import tflite_config
@@ -582,7 +582,7 @@ class Loop:
         try:
             cand = make_candidate(self.ctx, self.fmt, recipe, folder, self.cache)
         except ConversionError as exc:
-            if self.count == 1:
+            if self.count == 1 or isinstance(exc, ConversionBugError):  # a graph we emitted is invalid: say so
                 raise
             self.steps.append({"recipe": recipe.name, "seconds": round(time.perf_counter() - t0, 2),
                                "cpu_s": round(cpu_seconds() - c0, 2), "passed": False, "error": exc.message})

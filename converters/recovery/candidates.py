@@ -22,6 +22,7 @@ from edge_sdk.manifest import write_manifest
 from .. import accuracy as acc
 from ..accuracy.metrics import score as gate_score
 from ..base import FORMATS, ConvertJob, FormatResult, Recipe, cpu_seconds
+from ..emitted import invalid_graph
 from ..int8_compute import INT8_FORMATS, int8_share
 
 if TYPE_CHECKING:
@@ -133,6 +134,9 @@ def make_candidate(ctx: "BuildContext", fmt: str, recipe: Recipe, folder: Path, 
     except ConversionError:
         raise
     except EdgeSDKError as exc:  # the artifact does not load or run in the gate's runtime: this format failed
+        bug = invalid_graph(exc.message, fmt, step.backend)
+        if bug is not None:  # the runtime refuses the graph itself, not an op: ours to fix
+            raise bug from None
         raise ConversionError(f"the {fmt} artifact does not run in {step.backend} ({step.accelerator}) here: {exc.message}",
                               "The int8 graph needs something this runtime cannot do here (an op kernel, a type); "
                               "the other formats and profiles were still converted.") from None
