@@ -101,3 +101,91 @@ def invalid_graph(message: str, fmt: str, runtime: str) -> ConversionBugError | 
     where = _node(message)
     return ConversionBugError(f"edge-sdk emitted an invalid {fmt} graph: {runtime} refuses it"
                               + (f" at {where}" if where else "") + f": {_first(message)[:400]}", BUG_HINT)
+
+
+#: Loads a TFLite file in LiteRT, feeds zeros and invokes: what the crash guard's trial does, alone.
+_LITERT_RUN = """
+import sys, numpy as np
+try:
+    from ai_edge_litert.interpreter import Interpreter
+except ImportError:
+    from tflite_runtime.interpreter import Interpreter
+it = Interpreter(model_path=sys.argv[1]); it.allocate_tensors()
+for d in it.get_input_details():
+    it.set_tensor(d["index"], np.zeros(d["shape"], d["dtype"]))
+it.invoke()
+"""
+
+
+def _crashes(model: bytes, work: Path, timeout: float) -> bool:
+    import subprocess
+    import sys
+
+    path = work / "bisect.tflite"
+    path.write_bytes(model)
+    try:
+        proc = subprocess.run([sys.executable, "-c", _LITERT_RUN, str(path)], capture_output=True, timeout=timeout,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        return True
+    return proc.returncode < 0  # killed by a signal: SIGSEGV, SIGABRT
+
+
+def crashing_tflite_op(model_path: Path, work: Path, timeout: float = 60.0) -> str:
+    """The first operator LiteRT crashes on, found by bisection: the model cut after its first k
+    operators (their outputs made the graph's) is run in a child process, k halved each time (a
+    crash in ``allocate_tensors`` or ``invoke`` of operator k shows once k is kept). Returns
+    ``"CONV_2D (operator 3 of 12, output 'name')"``, or '' where the cut models do not crash alone."""
+    from .tflite_native import _schema
+
+    schema = _schema()
+    import flatbuffers
+
+    data = model_path.read_bytes()
+    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    work.mkdir(parents=True, exist_ok=True)
+
+    def cut(k: int) -> bytes:
+        model = schema.ModelT.InitFromPackedBuf(bytearray(data), 0)
+        sub = model.subgraphs[0]
+        sub.operators = sub.operators[:k + 1]
+        sub.outputs = list(sub.operators[k].outputs)
+        builder = flatbuffers.Builder(0)
+        builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+        return bytes(builder.Output())
+
+    model = schema.ModelT.InitFromPackedBuf(bytearray(data), 0)
+    ops = model.subgraphs[0].operators or []
+    lo, hi = 0, len(ops) - 1
+    if hi < 0 or not _crashes(cut(hi), work, timeout):
+        return ""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _crashes(cut(mid), work, timeout):
+            hi = mid
+        else:
+            lo = mid + 1
+    op = ops[lo]
+    code = model.operatorCodes[op.opcodeIndex]
+    kind = names.get(max(code.builtinCode, code.deprecatedBuiltinCode), "?")
+    if code.customCode:
+        kind = code.customCode.decode(errors="replace")
+    out = model.subgraphs[0].tensors[op.outputs[0]].name.decode(errors="replace") if len(op.outputs) else "?"
+    return f"{kind} (operator {lo} of {len(ops)}, output '{out}')"
+
+
+def crash_bug(message: str, fmt: str, runtime: str, model_path: Path, work: Path) -> ConversionBugError:
+    """The bug to raise when the runtime crashed or hung on a file edge-sdk just made and hashed
+    here (so it is no damage in transit), naming the op a bisection finds (TFLite)."""
+    m = re.search(r"(crashed|hung) the \S+ runtime in a trial load \(([^)]*)\)", message)
+    what = f"{'crashes' if not m or m.group(1) == 'crashed' else 'hangs'} {runtime} in a trial load" + \
+        (f" ({m.group(2)})" if m else "")
+    where = ""
+    if fmt == "tflite-int8" and model_path.is_file():
+        try:
+            found = crashing_tflite_op(model_path, work)
+        except Exception:  # noqa: BLE001 - the op is a pointer for the report; the bug stands without it
+            found = ""
+        where = f"; the first op it crashes on (bisection): {found}" if found else "; no single op crashes alone"
+    return ConversionBugError(f"the {fmt} artifact edge-sdk just made {what}{where}. It was written and hashed here, "
+                              "so this is a bug in the conversion, not a damaged file", BUG_HINT)

@@ -11,7 +11,9 @@ releases); the manifest records how. Where ``tensorrt`` imports here, the engine
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import shutil
 import tempfile
 import time
@@ -145,6 +147,17 @@ def _tensorrt(job: ConvertJob, result: FormatResult) -> None:
     result.tools[TENSORRT_OPTIONS] = trt.__version__
 
 
+@contextlib.contextmanager
+def _working_dir(folder: Path):
+    """Run a tool that writes into the current directory inside ``folder`` (the job's scratch)."""
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
 def _prepped(job: ConvertJob) -> tuple[Path, int, int]:
     """The opset-upgraded, pre-processed float model quantization starts from (made once per job cache)."""
     if "qdq_prepped" in job.cache:
@@ -155,18 +168,21 @@ def _prepped(job: ConvertJob) -> tuple[Path, int, int]:
     per_channel = job.profile.quantization.weights == "per-channel"
     target = max(job.profile.artifact.opset, MIN_QDQ_OPSET if per_channel else 10)
     model, opset_from, opset_to = _upgrade_opset(onnx.load(str(job.onnx())), target, job.log)
-    base = Path(job.cache.get("dir", job.scratch))
+    base = Path(job.cache.get("dir", job.scratch)).resolve()
     upgraded, prepped = base / "qdq_upgraded.onnx", base / "qdq_prepped.onnx"
     onnx.save(model, str(upgraded))
     job.log("ONNX Runtime quantization pre-processing")
-    try:
-        quant_pre_process(str(upgraded), str(prepped), skip_symbolic_shape=False)
-    except Exception as exc:  # noqa: BLE001 - symbolic shape inference fails on some graphs; retry without
-        job.log(f"pre-processing with symbolic shapes failed ({str(exc)[:80]}); retrying without")
+    # ORT's symbolic shape inference, where it stops short, saves "sym_shape_infer_temp.onnx" (and its
+    # external data) into the working directory: the user's, which a conversion must leave alone.
+    with _working_dir(base):
         try:
-            quant_pre_process(str(upgraded), str(prepped), skip_symbolic_shape=True)
-        except Exception:  # noqa: BLE001
-            shutil.copy2(upgraded, prepped)
+            quant_pre_process(str(upgraded), str(prepped), skip_symbolic_shape=False)
+        except Exception as exc:  # noqa: BLE001 - symbolic shape inference fails on some graphs; retry without
+            job.log(f"pre-processing with symbolic shapes failed ({str(exc)[:80]}); retrying without")
+            try:
+                quant_pre_process(str(upgraded), str(prepped), skip_symbolic_shape=True)
+            except Exception:  # noqa: BLE001
+                shutil.copy2(upgraded, prepped)
     # ONNX Runtime keeps nodes float by name: an unnamed node could only be kept float with every
     # other unnamed one (selfie segmentation's decomposed hard-swish: 22 such nodes, offered by
     # recovery's ranking as one layer called '').
@@ -505,6 +521,7 @@ def convert(job: ConvertJob) -> FormatResult:
     from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
     from .emitted import check_onnx
+    from .tool_errors import tool_error
     from .sources import refuse_quantized
 
     refuse_quantized(job.source, "int8 QDQ ONNX")
@@ -534,8 +551,8 @@ def convert(job: ConvertJob) -> FormatResult:
     except ConversionError:
         raise
     except Exception as exc:  # noqa: BLE001 - ORT quantization raises many types
-        raise ConversionError(f"ONNX Runtime quantization failed: {str(exc)[:300]}",
-                              "Check that the model runs in ONNX Runtime at the given input shapes.") from None
+        raise tool_error("onnxruntime", exc, "ONNX Runtime quantization failed",
+                         "Check that the model runs in ONNX Runtime at the given input shapes.") from None
     check_onnx(out, "onnx-qdq", "float layers edit" if derived is not None else "QDQ quantizer", prepped, job.cache)
     qmodel = onnx.load(str(out))
     evidence = int8_evidence(qmodel)

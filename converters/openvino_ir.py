@@ -19,6 +19,7 @@ from edge_sdk.manifest import TensorSpec
 
 from .base import ConvertJob, FormatResult
 from .console import quiet
+from .tool_errors import tool_error
 
 
 def compress_quantize_weights_transformation(model) -> None:
@@ -146,17 +147,14 @@ def _missing_ops(exc: BaseException) -> list[str]:
 
 def _frontend_error(ov, job: ConvertJob, exc: BaseException) -> ConversionError:
     """OpenVINO's failure in one line: the op it has no translator for, and who can run the model instead."""
-    text = str(exc)
     missing = _missing_ops(exc)
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith(("Exception from", "Check "))]
-    detail = lines[0][:300] if lines else type(exc).__name__
     name = Path(job.source.path).name
     if missing:
         hint = ("LiteRT runs TFLite custom ops: the TFLite formats (profiles arm-cpu, coral-edgetpu) still convert."
                 if job.source.format == "tflite" else "Replace the op before export, or target a profile whose runtime has it.")
         return ConversionError(f"OpenVINO {ov.get_version().split('-')[0]} cannot read op {', '.join(sorted(set(missing)))} "
                                f"of {name} (its {job.source.format} frontend has no translator for it).", hint)
-    return ConversionError(f"OpenVINO could not convert {name}: {detail}", "An op may be unsupported by OpenVINO's frontend.")
+    return tool_error("openvino", exc, f"OpenVINO could not convert {name}", "An op may be unsupported by OpenVINO's frontend.")
 
 
 def _specs(model) -> tuple[list[TensorSpec], list[TensorSpec]]:
@@ -266,8 +264,9 @@ def convert(job: ConvertJob) -> FormatResult:
     except Exception as exc:  # noqa: BLE001 - NNCF raises many types
         if "dataset must not be empty" in str(exc) and any(op.get_type_name() == "If" for op in model.get_ordered_ops()):
             return _untaken_branch(job, ov)
-        raise ConversionError(f"NNCF quantization failed: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__}",
-                              "Check the calibration data against the model's inputs.") from None
+        raise tool_error("nncf", exc, "NNCF quantization failed",
+                         "NNCF could not quantize this graph as it is: keep the failing layers float (--float-nodes), "
+                         "or use another format (onnx-qdq, tflite-int8).") from None
     if fmodel is not None:
         # quantized whole: a mixed candidate of this calibration reverts layers in it (keep_float)
         job.cache[whole_key] = (qmodel.clone(), fmodel)

@@ -426,8 +426,10 @@ def _tf_function_to_onnx(fn, source: SourceModel, input_shapes: dict[str, list[i
         with quiet(Path(out).parent / "tf2onnx.log"):
             tf2onnx.convert.from_function(serve, input_signature=specs, opset=TF2ONNX_OPSET, output_path=str(out))
     except Exception as exc:  # noqa: BLE001 - tf2onnx raises anything
-        raise ConversionError(f"tf2onnx could not convert {source.path}: {str(exc)[:300]}",
-                              "An op may be unsupported by ONNX; try an OpenVINO or TFLite profile.") from None
+        from .tool_errors import tool_error
+
+        raise tool_error("tf2onnx", exc, f"tf2onnx could not convert {source.path.name}",
+                         "An op may be unsupported by ONNX; try an OpenVINO or TFLite profile.") from None
 
 
 def to_static_onnx(source: SourceModel, input_shapes: dict[str, list[int]], out: str | Path,

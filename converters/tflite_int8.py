@@ -306,11 +306,23 @@ def _int8(job: ConvertJob) -> tuple[bytes, Converted]:
         job.log(f"native TFLite route failed ({exc.message}); trying tf2onnx -> onnx2tf")
         key = "tflite_float:detour"
         shared = _shared(job)
-        if key not in shared:
-            shared[key] = _via_onnx(job, job.onnx(), "tflite -> tf2onnx (static ONNX)")
-            shared[key].tools.update(_tool_versions("tf2onnx"))
-            shared[key].warnings.append(f"the native TFLite route failed ({exc.message}); made through tf2onnx -> onnx2tf")
-        return _quantize(job, shared[key]), shared[key]
+        try:
+            if isinstance(shared.get(key), ConversionError):
+                raise shared[key]
+            if key not in shared:
+                try:
+                    shared[key] = _via_onnx(job, job.onnx(), "tflite -> tf2onnx (static ONNX)")
+                except ConversionError as detour:
+                    shared[key] = detour
+                    raise
+                shared[key].tools.update(_tool_versions("tf2onnx"))
+                shared[key].warnings.append(f"the native TFLite route failed ({exc.message}); made through tf2onnx -> onnx2tf")
+            return _quantize(job, shared[key]), shared[key]
+        except ConversionError as detour:
+            # the cause is the native route's: the detour is what was tried after it (a float TFLite
+            # with RFFT2D, which LiteRT runs, was refused as "ONNX Runtime and OpenVINO cannot run them")
+            raise ConversionError(f"{exc.message.rstrip('.')}. The detour through ONNX (tf2onnx -> onnx2tf) failed too: {detour.message}",
+                                  exc.hint or detour.hint) from None
 
 
 def _dtype_name(np_dtype) -> str:

@@ -793,8 +793,10 @@ def quantize(calibrated: bytes, *, per_tensor: bool, input_dtype: str, output_dt
                 output_data_type=types[output_dtype], denylisted_ops=sorted(set(float_ops)) or None,
                 denylisted_nodes=sorted(set(float_nodes)) or None))
     except Exception as exc:  # noqa: BLE001 - the converter raises ConverterError and friends
-        first = next((ln for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
-        raise ConversionError(f"TensorFlow's quantizer could not quantize the TFLite model: {first[:300]}") from None
+        from .tool_errors import tool_error
+
+        raise tool_error("tflite", exc, "TensorFlow's quantizer could not quantize the TFLite model",
+                         "Keep the op it names float (--float-nodes), or use another format (onnx-qdq, openvino-ir).") from None
     return float_weights_back(quantized, calibrated)[0]
 
 

@@ -93,9 +93,10 @@ def float_tf(job: ConvertJob, fn, arg_names: list[str], perms: dict[str, list[in
             conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
             return conv.convert()
     except Exception as exc:  # noqa: BLE001 - TF raises ConverterError, RuntimeError, ValueError...
-        raise ConversionError(f"TFLiteConverter could not make a TFLite model of {job.source.path.name}: "
-                              f"{first_line(exc)}",
-                              "An op named above has no TFLite builtin; use an ONNX or OpenVINO profile.") from None
+        from .tool_errors import tool_error
+
+        raise tool_error("tflite", exc, f"TFLiteConverter could not make a TFLite model of {job.source.path.name}",
+                         "An op named above has no TFLite builtin; use an ONNX or OpenVINO profile.") from None
 
 
 def first_line(exc: BaseException) -> str:

@@ -47,6 +47,12 @@ class ModelLoadError(EdgeSDKError):
     exit_code = 4
 
 
+class RuntimeCrashError(ModelLoadError):
+    """The runtime crashed or hung on the model in the crash guard's trial child (this process was
+    not affected). On a file edge-sdk has just made (the accuracy gate's load), that is edge-sdk's
+    bug, not damage: the converter says so (exit 70)."""
+
+
 class ManifestError(ModelLoadError):
     """``manifest.json`` is missing, malformed, or does not vouch for the files beside it."""
 

@@ -158,12 +158,12 @@ def raise_for(result: dict[str, Any], backend: str, model_path: Path) -> None:
     if status == "ok":
         return
     if status == "crash":
-        raise ModelLoadError(
+        raise errors.RuntimeCrashError(
             f"{name} crashed the {backend} runtime in a trial load ({result.get('why')}): corrupt or tampered file, "
             "or a runtime bug; this process was not affected.",
             "Copy the artifact folder again from the source, or convert the model again.")
     if status == "hang":
-        raise ModelLoadError(f"{name} hung the {backend} runtime in a trial load (over {result.get('seconds', 0):.0f} s).",
+        raise errors.RuntimeCrashError(f"{name} hung the {backend} runtime in a trial load (over {result.get('seconds', 0):.0f} s).",
                              "The file is likely corrupt: copy the artifact again, or convert the model again.")
     cls_name = str(result.get("cls") or "ModelLoadError")
     message = str(result.get("message") or f"{backend} refused {name} in a trial load")

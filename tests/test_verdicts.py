@@ -198,3 +198,74 @@ def test_a_runtime_refusing_the_graph_itself_is_told_from_a_missing_kernel():
     kernel = ("[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could not find an implementation for "
               "ConvInteger(10) node with name 'c'")
     assert invalid_graph(kernel, "onnx-qdq", "onnxruntime") is None
+
+
+@pytest.mark.slow
+def test_convert_leaves_the_working_directory_alone(tmp_path, cli):
+    """ONNX Runtime's symbolic shape inference, where it stops short (this float TFLite with RFFT2D,
+    made ONNX by tf2onnx), saved "sym_shape_infer_temp.onnx" into the user's working directory."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    w = tf.constant(rng.normal(0, .3, (1, 8, 5)).astype(np.float32))
+
+    @tf.function(input_signature=[tf.TensorSpec([1, 8, 8], tf.float32, name="x")])
+    def f(x):
+        return tf.reduce_sum(tf.abs(tf.signal.rfft2d(x)) * w, axis=-1)
+
+    model = tmp_path / "rfft.tflite"
+    model.write_bytes(tf.lite.TFLiteConverter.from_concrete_functions([f.get_concrete_function()], f).convert())
+    np.save(tmp_path / "calib.npy", rng.normal(0, 1, (120, 8, 8)).astype(np.float32))
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    res = cli("convert", str(model), "--profile", "jetson-orin", "--calib", str(tmp_path / "calib.npy"),
+              "--out", str(tmp_path / "out"), "--json", cwd=str(cwd))
+    assert "symbolic shapes failed" in res.stderr  # the path that wrote the file was taken
+    assert json.loads(res.stdout)["exit_code"] == res.returncode
+    assert sorted(p.name for p in cwd.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_tflite_we_make_that_crashes_litert_is_our_bug_with_the_op_named(tmp_path, capsys, monkeypatch):
+    """The quantizer's output is made to segfault LiteRT (a Conv2D with VALID padding and a dilation of
+    2**20, test_hardening_crash's file): the gate's trial load used to refuse it as "corrupt or tampered
+    file, or a runtime bug". A file made and hashed here is no damage: exit 70, the op found by bisection."""
+    import flatbuffers
+    import tensorflow as tf
+    from ai_edge_litert import schema_py_generated as schema
+
+    from edge_sdk.converters import tflite_native
+
+    rng = np.random.default_rng(0)
+    k = tf.constant(rng.normal(0, .3, (3, 3, 1, 4)).astype(np.float32))
+
+    @tf.function(input_signature=[tf.TensorSpec([1, 8, 8, 1], tf.float32, name="x")])
+    def f(x):
+        return tf.reduce_mean(tf.nn.relu(tf.nn.conv2d(x, k, 1, "SAME")), axis=[1, 2])
+
+    model = tmp_path / "conv.tflite"
+    model.write_bytes(tf.lite.TFLiteConverter.from_concrete_functions([f.get_concrete_function()], f).convert())
+    np.save(tmp_path / "calib.npy", rng.uniform(0, 1, (120, 1, 8, 8, 1)).astype(np.float32)[:, 0])
+    real = tflite_native.quantize
+
+    def quantize(*args, **kwargs):
+        m = schema.ModelT.InitFromPackedBuf(bytearray(real(*args, **kwargs)), 0)
+        for op in m.subgraphs[0].operators:
+            if op.builtinOptionsType == schema.BuiltinOptions.Conv2DOptions:
+                op.builtinOptions.padding = schema.Padding.VALID
+                op.builtinOptions.dilationWFactor = 1 << 20
+        builder = flatbuffers.Builder(0)
+        builder.Finish(m.Pack(builder), file_identifier=b"TFL3")
+        return bytes(builder.Output())
+
+    monkeypatch.setattr(tflite_native, "quantize", quantize)
+    monkeypatch.delenv("EDGE_SDK_CRASH_GUARD", raising=False)
+    code, summary, err = _convert(capsys, str(model), "--profile", "arm-cpu", "--calib", str(tmp_path / "calib.npy"),
+                                  "--out", str(tmp_path / "out"), "--recover", "off")
+    assert code == summary["exit_code"] == 70, err
+    rows = {o["format"]: o for o in summary["profiles"][0]["outcomes"]}
+    bad = rows["tflite-int8"]
+    assert bad["bug"] is True and "tampered" not in bad["reason"], bad
+    assert "the tflite-int8 artifact edge-sdk just made crashes litert in a trial load (SIG" in bad["reason"], bad
+    assert "the first op it crashes on (bisection): CONV_2D (operator" in bad["reason"], bad
+    assert rows["onnx-qdq"]["status"] == "published"

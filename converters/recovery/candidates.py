@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from edge_sdk.errors import ConversionError, EdgeSDKError
+from edge_sdk.errors import ConversionError, EdgeSDKError, RuntimeCrashError
 from edge_sdk.manifest import write_manifest
 
 from .. import accuracy as acc
 from ..accuracy.metrics import score as gate_score
 from ..base import FORMATS, ConvertJob, FormatResult, Recipe, cpu_seconds
-from ..emitted import invalid_graph
+from ..emitted import crash_bug, invalid_graph
 from ..int8_compute import INT8_FORMATS, int8_share
 
 if TYPE_CHECKING:
@@ -133,6 +133,8 @@ def make_candidate(ctx: "BuildContext", fmt: str, recipe: Recipe, folder: Path, 
                               cs.long_stream, cs.long_stream_note, ctx.options.get("postprocess"))
     except ConversionError:
         raise
+    except RuntimeCrashError as exc:  # a file we just made and hashed here crashed the runtime: our bug
+        raise crash_bug(exc.message, fmt, step.backend, folder / result.model_file, scratch / "bisect") from None
     except EdgeSDKError as exc:  # the artifact does not load or run in the gate's runtime: this format failed
         bug = invalid_graph(exc.message, fmt, step.backend)
         if bug is not None:  # the runtime refuses the graph itself, not an op: ours to fix
