@@ -20,6 +20,7 @@ from edge_sdk import typed
 
 from ..base import Feed
 from .kinds import infer_kinds, kinds_table
+from .evidence import format_verdict
 from .metrics import OutputMismatch, evaluate_output, one_line
 from .reference import REFERENCES, FloatReference, carried_float_outputs, float_outputs
 
@@ -264,6 +265,8 @@ def evaluate(folder: Path, step: RuntimeStep, holdout: list[Feed], reference: li
             report["long_stream"] = {**long_stream.describe(), "outputs": long_outputs}
         elif long_stream_note:
             report["long_stream"] = {"not_run": long_stream_note}
+    # what the bounds say (issue 54, step a): recorded beside the decision, which it does not change yet
+    report["evidence"] = format_verdict(judged_outputs(report))
     odd = finite_figures(report)
     if odd:  # a figure no threshold can judge: the candidate failed, and its report stays writable
         fails.append(f"figures that are not finite numbers: {', '.join(odd[:4])}" + (" ..." if len(odd) > 4 else ""))

@@ -26,6 +26,8 @@ from edge_sdk.outputs import (MAP_KINDS, REGRESSION_KINDS, OutputKind, activate,
                               point_dims, times_objectness)
 from edge_sdk.profiles import AccuracySpec, ScoresGate
 
+from .evidence import evidence
+
 #: Above this many distinct float values, an int8 group with at most 2 values has collapsed.
 COLLAPSE_MIN_DISTINCT = 16
 #: An int8 group whose range is below this fraction of the float range has collapsed.
@@ -43,8 +45,13 @@ def _r(x: float, nd: int = 6) -> float | str:
 
 
 def _check(out: dict[str, Any], fails: list[str], key: str, value: float, threshold: float, higher: bool,
-           message: str) -> None:
-    """Judge one figure: record its relative margin to the threshold (>= 0 passes) and fail if below."""
+           message: str, values: Any = None, groups: Any = None, n: int | None = None) -> None:
+    """Judge one figure: record its relative margin to the threshold (>= 0 passes) and fail if below.
+
+    Also records its evidence (:mod:`.evidence`: the samples it rests on, a one-sided 95% bound and
+    what the bound would say), from ``values`` (what the figure is the mean of, per element;
+    ``groups``: each element's sample) or ``n`` alone; recorded, not yet deciding."""
+    out.setdefault("evidence", {})[key] = evidence(value, threshold, higher, values, groups, n)
     if not math.isfinite(value):  # NaN compares false both ways: it would pass every threshold
         out.setdefault("margins", {})[key] = NON_FINITE_MARGIN
         fails.append(f"{key.replace('_', ' ')} is {_r(value)}, not a finite number")
@@ -150,7 +157,7 @@ def _judge_decided(out: dict[str, Any], fails: list[str], key: str, agree: np.nd
                f"{says} on {int(kept.sum())} of {kept.size} samples float decides "
                f"({kept.mean():.3f} < {g.min_decision_agreement}; {detail})"
                + (f"; over {kept.size} samples one flip fails {g.min_decision_agreement}: hold back more samples "
-                  "float decides to judge the rate" if coarse else ""))
+                  "float decides to judge the rate" if coarse else ""), values=kept.astype(bool))
 
 
 def _classes_last(x: np.ndarray, axis: int) -> np.ndarray:
@@ -181,19 +188,24 @@ def scores_metrics(r: np.ndarray, t: np.ndarray, axis: int, activation: str, spe
             out["background_class"] = bg
     best = p.max(axis=1)
     confident = best >= g.confidence if dense else np.ones(positions, bool)
+    # each position's sample (positions are sample-major): a rate over positions is bootstrapped by sample
+    owner = np.repeat(np.arange(samples), positions // samples) if dense and samples and positions % samples == 0 else None
     out.update(positions=positions // max(samples, 1), classes=classes, confident_positions=int(confident.sum()))
     fails: list[str] = []
     if confident.any():
         top = p[confident].argmax(axis=1)
         err = np.abs(p[confident, top] - q[confident, top])
         out["score_error"] = _r(float(err.mean()))
+        at = owner[confident] if owner is not None else None
         _check(out, fails, "score_error", float(err.mean()), g.max_score_error, False,
-               f"score error {err.mean():.3f} > {g.max_score_error} on {int(confident.sum())} confident position(s)")
+               f"score error {err.mean():.3f} > {g.max_score_error} on {int(confident.sum())} confident position(s)",
+               values=err, groups=at if dense else None)
         if classes > 1:
             agree = top == q[confident].argmax(axis=1)
             out["top1_agreement"] = _r(float(agree.mean()))
             _check(out, fails, "top1_agreement", float(agree.mean()), spec.min_top1_agreement, True,
-                   f"top-1 agreement {agree.mean():.3f} < {spec.min_top1_agreement}")
+                   f"top-1 agreement {agree.mean():.3f} < {spec.min_top1_agreement}",
+                   values=agree.astype(bool), groups=at if dense else None)
             if not dense:
                 # A classifier's top-1 is its decision: where float's top class leads its runner-up
                 # by at least twice the decision band, a flip is int8's doing, not a near tie.
@@ -234,7 +246,8 @@ def scores_metrics(r: np.ndarray, t: np.ndarray, axis: int, activation: str, spe
         if pos_r.any() or pos_t.any():
             _check(out, fails, "positive_f1", f1, g.min_positive_f1, True,
                    f"positives (score >= {thr}) F1 {f1:.3f} < {g.min_positive_f1} "
-                   f"(float {int(pos_r.sum())}, int8 {int(pos_t.sum())}; recall {recall:.2f}, precision {precision:.2f})")
+                   f"(float {int(pos_r.sum())}, int8 {int(pos_t.sum())}; recall {recall:.2f}, precision {precision:.2f})",
+                   n=samples)
     return out, fails, where
 
 
@@ -274,7 +287,7 @@ def point_metrics(r: np.ndarray, t: np.ndarray, dims: int, spec: AccuracySpec,
     fails: list[str] = []
     _check(out, fails, "point_error", mean, g.max_point_error, False,
            f"mean point error {mean:.2%} of each sample's extent > {g.max_point_error:.0%} "
-           f"({pr.shape[1]} points; worst sample {worst}: {float(per.max()):.2%})")
+           f"({pr.shape[1]} points; worst sample {worst}: {float(per.max()):.2%})", values=per)
     return out, fails
 
 
@@ -287,6 +300,7 @@ def regression_metrics(r: np.ndarray, t: np.ndarray, axis: int, spec: AccuracySp
     g = spec.regression
     span = float(np.ptp(r)) or max(float(np.max(np.abs(r))), 1e-12)
     rr, tt = _classes_last(r, axis), _classes_last(t, axis)
+    rows = np.repeat(np.arange(r.shape[0]), rr.shape[0] // max(r.shape[0], 1)) if rr.shape[0] % max(r.shape[0], 1) == 0 else None
     out: dict[str, Any] = {"range": _r(span)}
     if mask is not None and mask.shape[0] == rr.shape[0]:
         if not mask.any():
@@ -296,14 +310,17 @@ def regression_metrics(r: np.ndarray, t: np.ndarray, axis: int, spec: AccuracySp
             out.update(at_confident_positions=0, not_judged="its scores are confident at no position of the held-back samples")
             return out, []
         rr, tt = rr[mask], tt[mask]
+        rows = rows[mask] if rows is not None else None
         out["at_confident_positions"] = int(mask.sum())
     err = np.abs(rr - tt) / span
     mean, p99 = float(err.mean()), float(np.percentile(err, 99))
     out.update(range_error=_r(mean), range_error_p99=_r(p99), range_error_max=_r(float(err.max())))
     fails = []
-    _check(out, fails, "range_error", mean, g.max_error, False, f"mean error {mean:.2%} of the range > {g.max_error:.0%}")
+    at = np.repeat(rows, err.shape[1]) if rows is not None and err.ndim == 2 else None
+    _check(out, fails, "range_error", mean, g.max_error, False, f"mean error {mean:.2%} of the range > {g.max_error:.0%}",
+           values=err if at is not None else None, groups=at, n=r.shape[0])
     _check(out, fails, "range_error_p99", p99, g.max_error_p99, False,
-           f"p99 error {p99:.2%} of the range > {g.max_error_p99:.0%}")
+           f"p99 error {p99:.2%} of the range > {g.max_error_p99:.0%}", n=r.shape[0])
     samples = r.shape[0]
     per_sample = mask is None or (mask.shape[0] == samples and mask.any())
     if dims and per_sample and r[0].size >= 2 * dims:  # (dims divides it: point_dims)
@@ -337,7 +354,7 @@ def map_metrics(r: np.ndarray, t: np.ndarray, activation: str, spec: AccuracySpe
     out = {"iou": _r(iou), "area": [_r(float(a.mean()), 4), _r(float(b.mean()), 4)],
            "mean_error": _r(float(np.mean(np.abs(p - q))) / span)}
     fails: list[str] = []
-    _check(out, fails, "iou", iou, g.min_iou, True, f"IoU {iou:.3f} < {g.min_iou}")
+    _check(out, fails, "iou", iou, g.min_iou, True, f"IoU {iou:.3f} < {g.min_iou}", n=p.shape[0])
     fa, fb = a.reshape(a.shape[0], -1), b.reshape(b.shape[0], -1)
     union = np.sum(fa | fb, axis=1)
     shown = union >= g.min_frame_area * fa.shape[1]
@@ -349,8 +366,8 @@ def map_metrics(r: np.ndarray, t: np.ndarray, activation: str, spec: AccuracySpe
                                 "area": [_r(float(fa[worst].mean()), 4), _r(float(fb[worst].mean()), 4)]})
         if per_frame:
             _check(out, fails, "frame_iou_mean", float(frames.mean()), g.min_iou, True,
-                   f"mean IoU over {int(shown.sum())} frames {frames.mean():.3f} < {g.min_iou}")
-            _check(out, fails, "frame_iou_min", float(frames.min()), g.min_frame_iou, True,
+                   f"mean IoU over {int(shown.sum())} frames {frames.mean():.3f} < {g.min_iou}", values=frames)
+            _check(out, fails, "frame_iou_min", float(frames.min()), g.min_frame_iou, True, n=int(shown.sum()), message=
                    f"worst frame IoU {frames.min():.3f} < {g.min_frame_iou} (sample {worst}: float marks "
                    f"{fa[worst].mean():.1%} of it, int8 {fb[worst].mean():.1%})")
     return out, fails
@@ -397,12 +414,12 @@ def detections_metrics(r: np.ndarray, t: np.ndarray, spec: AccuracySpec) -> tupl
     fails: list[str] = []
     _check(out, fails, "detection_f1", f1, g.min_positive_f1, True,
            f"detections (score >= {g.confidence}) matched F1 {f1:.3f} < {g.min_positive_f1} (float {tp + fn}, "
-           f"int8 {tp + fp}, matched {tp}: same class, IoU >= 0.5)")
+           f"int8 {tp + fp}, matched {tp}: same class, IoU >= 0.5)", n=r.shape[0])
     if score_err:
         err = float(np.mean(score_err))
         out["score_error"] = _r(err)
         _check(out, fails, "score_error", err, g.max_score_error, False,
-               f"score error {err:.3f} > {g.max_score_error} over {tp} matched detection(s)")
+               f"score error {err:.3f} > {g.max_score_error} over {tp} matched detection(s)", n=r.shape[0])
         c = np.concatenate(coord_err) / (span or 1.0)
         mean, p99 = float(c.mean()), float(np.percentile(c, 99))
         out.update(range_error=_r(mean), range_error_p99=_r(p99))
@@ -522,13 +539,13 @@ def object_figures(ref: list[np.ndarray], test: list[np.ndarray], conf: float, s
         return out, fails
     _check(out, fails, "object_f1", f1, g.min_positive_f1, True,
            f"objects (score >= {conf}) F1 {f1:.3f} < {g.min_positive_f1} (float {n_ref}, int8 {n_test}; recall "
-           f"{recall:.2f}, precision {precision:.2f})")
+           f"{recall:.2f}, precision {precision:.2f})", n=len(shown))
     if per:
         worst = min(per, key=lambda c: per[c][0])
         rec, n = per[worst]
         out["worst_class"] = {"class": worst, "float_detections": n, "recall": _r(rec)}
         _check(out, fails, "worst_class_recall", rec, g.min_class_recall, True,
-               f"class {worst}: int8 finds {rec:.0%} of float's {n} detections (< {g.min_class_recall:.0%})")
+               f"class {worst}: int8 finds {rec:.0%} of float's {n} detections (< {g.min_class_recall:.0%})", n=len(shown))
     out["passed"] = not fails
     return out, fails
 
@@ -540,9 +557,10 @@ def embedding_metrics(r: np.ndarray, t: np.ndarray, spec: AccuracySpec) -> tuple
     cos = np.where(denom > 0, np.sum(rr * tt, axis=1) / np.maximum(denom, 1e-30), 1.0)
     out = {"cosine_mean": _r(float(cos.mean())), "cosine_min": _r(float(cos.min()))}
     fails = []
-    _check(out, fails, "cosine_mean", float(cos.mean()), g.min_cosine, True, f"mean cosine {cos.mean():.4f} < {g.min_cosine}")
+    _check(out, fails, "cosine_mean", float(cos.mean()), g.min_cosine, True, f"mean cosine {cos.mean():.4f} < {g.min_cosine}",
+           values=cos)
     _check(out, fails, "cosine_min", float(cos.min()), g.min_sample_cosine, True,
-           f"worst sample cosine {cos.min():.4f} < {g.min_sample_cosine}")
+           f"worst sample cosine {cos.min():.4f} < {g.min_sample_cosine}", n=cos.size)
     return out, fails
 
 
@@ -572,17 +590,18 @@ def state_metrics(r: np.ndarray, t: np.ndarray, spec: AccuracySpec, judge: str) 
         out["state_error_by_quarter"] = [_r(float(q.mean()), 4) for q in quarters]
         out["state_error_end"] = _r(end)
         _check(out, fails, "state_error_end", end, g.max_state_error, False,
-               f"relative state error {end:.3f} over the last {len(quarters[-1])} steps of the long stream > {g.max_state_error}")
+               f"relative state error {end:.3f} over the last {len(quarters[-1])} steps of the long stream > {g.max_state_error}",
+               n=len(quarters[-1]))
         if len(quarters) == 4:
             # Below a twentieth of the state's norm an error is rounding, however it moves.
             growth = end / max(float(quarters[1].mean()), STATE_ERROR_FLOOR)
             out["state_error_growth"] = _r(growth, 4)
             _check(out, fails, "state_error_growth", growth, g.max_state_growth, False,
                    f"the state's error still grows at the end of the long stream: {end:.3f} over its last quarter, "
-                   f"{growth:.2f}x the second quarter's (> {g.max_state_growth}x)")
+                   f"{growth:.2f}x the second quarter's (> {g.max_state_growth}x)", n=rel.size)
     elif judge == "all":
         _check(out, fails, "state_error_mean", float(rel.mean()), g.max_state_error, False,
-               f"mean relative state error {rel.mean():.3f} > {g.max_state_error}")
+               f"mean relative state error {rel.mean():.3f} > {g.max_state_error}", values=rel)
     else:
         out["not_judged"] = "judged over the long stream"
     return out, fails
@@ -611,9 +630,11 @@ def sequence_metrics(r: np.ndarray, t: np.ndarray, kind: OutputKind, spec: Accur
     fails: list[str] = []
     if kind.blank is None:
         _check(out, fails, "step_agreement", step, g.min_step_agreement, True,
-               f"step agreement {step:.3f} < {g.min_step_agreement}")
+               f"step agreement {step:.3f} < {g.min_step_agreement}", values=(pr == pt).astype(bool),
+               groups=np.repeat(np.arange(pr.shape[0]), pr.shape[1]))
         _check(out, fails, "sequence_agreement", seq, g.min_sequence_agreement, True,
-               f"whole-sequence agreement {seq:.3f} < {g.min_sequence_agreement}")
+               f"whole-sequence agreement {seq:.3f} < {g.min_sequence_agreement}",
+               values=np.array([a == b for a, b in zip(ref, test)], bool))
         return out, fails
     # CTC: the text decides (alignment jitter moves steps, not text); one token of a long line
     # flips the whole line, so the token error rate is judged and whole lines are a floor.
@@ -622,19 +643,21 @@ def sequence_metrics(r: np.ndarray, t: np.ndarray, kind: OutputKind, spec: Accur
     out["token_error"] = _r(err)
     _check(out, fails, "token_error", err, g.max_token_error, False,
            f"token error rate {err:.3f} > {g.max_token_error} (edit distance of the CTC-collapsed sequences "
-           f"over float's {tokens} tokens; whole sequences equal: {seq:.3f})")
+           f"over float's {tokens} tokens; whole sequences equal: {seq:.3f})", n=len(ref))
     if g.min_ctc_sequence_agreement > 0:
         _check(out, fails, "sequence_agreement", seq, g.min_ctc_sequence_agreement, True,
-               f"whole-sequence agreement {seq:.3f} < {g.min_ctc_sequence_agreement} (CTC-collapsed)")
+               f"whole-sequence agreement {seq:.3f} < {g.min_ctc_sequence_agreement} (CTC-collapsed)",
+               values=np.array([a == b for a, b in zip(ref, test)], bool))
     return out, fails
 
 
 def tensor_metrics(whole: dict[str, Any], spec: AccuracySpec, out: dict[str, Any]) -> list[str]:
     fails: list[str] = []
     _check(out, fails, "cosine", float(whole["cosine"]), spec.min_cosine, True,
-           f"cosine {float(whole['cosine']):.4f} < {spec.min_cosine}")
+           f"cosine {float(whole['cosine']):.4f} < {spec.min_cosine}", n=out.get("samples"))
     sqnr = float(whole["sqnr_db"])
-    _check(out, fails, "sqnr_db", min(sqnr, 1e3), spec.min_sqnr_db, True, f"SQNR {sqnr:.2f} dB < {spec.min_sqnr_db} dB")
+    _check(out, fails, "sqnr_db", min(sqnr, 1e3), spec.min_sqnr_db, True, f"SQNR {sqnr:.2f} dB < {spec.min_sqnr_db} dB",
+           n=out.get("samples"))
     return fails
 
 
@@ -674,7 +697,7 @@ def judge_part(r: np.ndarray, t: np.ndarray, kind: str, axis: int, activation: s
     elif kind == "detections":
         figures, f = detections_metrics(r, t, spec)
     else:
-        figures = {}
+        figures = {"samples": samples}
         f = tensor_metrics(whole, spec, figures)
     out.update(figures)
     if collapsed:
