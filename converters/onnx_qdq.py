@@ -551,7 +551,7 @@ def convert(job: ConvertJob) -> FormatResult:
     except ConversionError:
         raise
     except Exception as exc:  # noqa: BLE001 - ORT quantization raises many types
-        raise tool_error("onnxruntime", exc, "ONNX Runtime quantization failed",
+        raise tool_error("ort-quantizer", exc, "ONNX Runtime quantization failed",
                          "Check that the model runs in ONNX Runtime at the given input shapes.") from None
     check_onnx(out, "onnx-qdq", "float layers edit" if derived is not None else "QDQ quantizer", prepped, job.cache)
     qmodel = onnx.load(str(out))

@@ -154,7 +154,7 @@ def _frontend_error(ov, job: ConvertJob, exc: BaseException) -> ConversionError:
                 if job.source.format == "tflite" else "Replace the op before export, or target a profile whose runtime has it.")
         return ConversionError(f"OpenVINO {ov.get_version().split('-')[0]} cannot read op {', '.join(sorted(set(missing)))} "
                                f"of {name} (its {job.source.format} frontend has no translator for it).", hint)
-    return tool_error("openvino", exc, f"OpenVINO could not convert {name}", "An op may be unsupported by OpenVINO's frontend.")
+    return tool_error("ov-frontend", exc, f"OpenVINO could not convert {name}", "An op may be unsupported by OpenVINO's frontend.")
 
 
 def _specs(model) -> tuple[list[TensorSpec], list[TensorSpec]]:

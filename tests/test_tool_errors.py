@@ -37,15 +37,15 @@ CASES = [  # tool, message, what the cause must say, what the hint must say
     ("nncf", "Could not find a node /model/decoder/Gather_3 in NNCFGraph!",
      "NNCF lost node /model/decoder/Gather_3", "--float-nodes '/model/decoder/Gather_3'"),
     ("nncf", "The dataset must not be empty", "could not run the calibration data", "calibration data"),
-    ("openvino", OV_NO_RULE, "no conversion rule for custom.dom.Foo", "onnx-qdq or tflite-int8"),
-    ("openvino", OV_RESIZE, "cannot convert node 'y' (Resize): tf_crop_and_resize", "onnx-qdq or tflite-int8"),
-    ("openvino", "Exception from src/x.cpp:1:\n[ONNX Frontend] Conversion failed for Gather-/model/Gather_3\n",
+    ("ov-frontend", OV_NO_RULE, "no conversion rule for custom.dom.Foo", "onnx-qdq or tflite-int8"),
+    ("ov-frontend", OV_RESIZE, "cannot convert node 'y' (Resize): tf_crop_and_resize", "onnx-qdq or tflite-int8"),
+    ("ov-frontend", "Exception from src/x.cpp:1:\n[ONNX Frontend] Conversion failed for Gather-/model/Gather_3\n",
      "failed to convert Gather-/model/Gather_3", "onnx-qdq or tflite-int8"),
-    ("openvino", "No translator found for TFLite_Detection_PostProcess node.",
+    ("ov-frontend", "No translator found for TFLite_Detection_PostProcess node.",
      "no translator for op TFLite_Detection_PostProcess", "onnx-qdq or tflite-int8"),
     ("tf2onnx", "Unsupported ops: Counter({'TFL_RFFT2D': 1})", "no ONNX form for Counter({'TFL_RFFT2D': 1})",
      "read the model directly"),
-    ("onnxruntime", "[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could not find an implementation for "
+    ("ort-quantizer", "[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could not find an implementation for "
      "ConvInteger(10) node with name 'c'", "no CPU kernel for ConvInteger", "openvino-ir or tflite-int8"),
 ]
 
@@ -83,7 +83,7 @@ def test_a_python_error_inside_the_tool_is_said_to_be_the_tools(tmp_path):
     onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8), tmp_path / "m.onnx")
     with pytest.raises(AttributeError) as raised:
         quantize_static(str(tmp_path / "m.onnx"), str(tmp_path / "q.onnx"), calibration_data_reader=None)
-    err = tool_error("onnxruntime", raised.value, "ONNX Runtime quantization failed", "generic")
+    err = tool_error("ort-quantizer", raised.value, "ONNX Runtime quantization failed", "generic")
     assert "ONNX Runtime's quantizer failed inside its own code (AttributeError:" in err.message, err.message
     assert re.search(r"at onnxruntime/quantization/\w+\.py:\d+ \(\w+\)", err.message), err.message
     assert "not a problem with your calibration data" in err.hint
