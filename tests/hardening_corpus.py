@@ -48,6 +48,23 @@ for line in sys.stdin:
 """
 
 
+def crash_conv2d(model: bytes) -> bytes:
+    """The same TFLite with every Conv2D given VALID padding and a dilation of 2**20 (the output size
+    LiteRT computes is negative: it segfaults). The container stays valid, so only a crash guard
+    stands between such a file and the process. Built with the schema's object API."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+
+    m = schema.ModelT.InitFromPackedBuf(bytearray(model), 0)
+    for op in m.subgraphs[0].operators:
+        if op.builtinOptionsType == schema.BuiltinOptions.Conv2DOptions:
+            op.builtinOptions.padding = schema.Padding.VALID
+            op.builtinOptions.dilationWFactor = 1 << 20
+    builder = flatbuffers.Builder(0)
+    builder.Finish(m.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
 def rehash(folder: Path, name: str) -> None:
     """Update the manifest's sha256 and size of file ``name`` to its current bytes."""
     data = (folder / name).read_bytes()

@@ -71,21 +71,9 @@ def test_onnx_and_openvino_flips_never_crash_the_host(arts, tmp_path):
 
 
 def crashing_tflite(src, dst):
-    """A well-formed .tflite that LiteRT 2.1 segfaults on: the Conv2D gets VALID padding and a
-    dilation of 2**20 (the output size it computes is negative). The container is valid, so only
-    the crash guard stands between this file and the process. Built with the schema's object API."""
-    import flatbuffers
-    from ai_edge_litert import schema_py_generated as schema
-
+    """A well-formed .tflite that LiteRT 2.1 segfaults on (:func:`hardening_corpus.crash_conv2d`)."""
     folder = ra.copy_artifact(src, dst)
-    model = schema.ModelT.InitFromPackedBuf(bytearray((folder / "model.tflite").read_bytes()), 0)
-    for op in model.subgraphs[0].operators:
-        if op.builtinOptionsType == schema.BuiltinOptions.Conv2DOptions:
-            op.builtinOptions.padding = schema.Padding.VALID
-            op.builtinOptions.dilationWFactor = 1 << 20
-    builder = flatbuffers.Builder(0)
-    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
-    (folder / "model.tflite").write_bytes(bytes(builder.Output()))
+    (folder / "model.tflite").write_bytes(hc.crash_conv2d((folder / "model.tflite").read_bytes()))
     hc.rehash(folder, "model.tflite")
     return folder
 

@@ -230,9 +230,8 @@ def test_a_tflite_we_make_that_crashes_litert_is_our_bug_with_the_op_named(tmp_p
     """The quantizer's output is made to segfault LiteRT (a Conv2D with VALID padding and a dilation of
     2**20, test_hardening_crash's file): the gate's trial load used to refuse it as "corrupt or tampered
     file, or a runtime bug". A file made and hashed here is no damage: exit 70, the op found by bisection."""
-    import flatbuffers
+    import hardening_corpus as hc
     import tensorflow as tf
-    from ai_edge_litert import schema_py_generated as schema
 
     from edge_sdk.converters import tflite_native
 
@@ -249,14 +248,7 @@ def test_a_tflite_we_make_that_crashes_litert_is_our_bug_with_the_op_named(tmp_p
     real = tflite_native.quantize
 
     def quantize(*args, **kwargs):
-        m = schema.ModelT.InitFromPackedBuf(bytearray(real(*args, **kwargs)), 0)
-        for op in m.subgraphs[0].operators:
-            if op.builtinOptionsType == schema.BuiltinOptions.Conv2DOptions:
-                op.builtinOptions.padding = schema.Padding.VALID
-                op.builtinOptions.dilationWFactor = 1 << 20
-        builder = flatbuffers.Builder(0)
-        builder.Finish(m.Pack(builder), file_identifier=b"TFL3")
-        return bytes(builder.Output())
+        return hc.crash_conv2d(real(*args, **kwargs))
 
     monkeypatch.setattr(tflite_native, "quantize", quantize)
     monkeypatch.delenv("EDGE_SDK_CRASH_GUARD", raising=False)
